@@ -1,0 +1,106 @@
+"""The embedded local stack: a real Kafka broker, a real PostgreSQL cluster and the Spark Kafka connector jars.
+
+All state lives under one folder (`EOSBATCH_HOME`, default `.eosbatch/` in the checkout).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from eosbatch import config
+from eosbatch.stack import maven
+from eosbatch.stack.exceptions import StackError
+from eosbatch.stack.kafka import KafkaBroker
+from eosbatch.stack.postgres import PostgresCluster, find_bindir
+from eosbatch.stack.versions import KAFKA_VERSION, PYSPARK_VERSION, SPARK_KAFKA_CONNECTOR
+
+__all__ = ["StackError", "StackInfo", "up", "down", "status", "env", "home", "connector_jars"]
+
+
+class StackInfo(NamedTuple):
+    home: Path
+    database_url: str
+    kafka_bootstrap: str
+    kafka_pid: int | None
+    postgres_pid: int | None
+    versions: dict[str, str]
+
+    def env(self) -> dict[str, str]:
+        return {config.DATABASE_URL: self.database_url, config.KAFKA_BOOTSTRAP: self.kafka_bootstrap}
+
+
+def home() -> Path:
+    explicit = os.environ.get("EOSBATCH_HOME")
+    if explicit:
+        return Path(explicit).resolve()
+    return Path(__file__).resolve().parents[2] / ".eosbatch"
+
+
+def _port(name: str, default: int) -> int:
+    raw = os.environ.get(name, str(default))
+    if not raw.isdigit() or not 1024 <= int(raw) <= 65534:
+        raise config.ConfigError(name, f"must be a port number between 1024 and 65534, got {raw!r}")
+    return int(raw)
+
+
+def _parts(root: Path) -> tuple[KafkaBroker, PostgresCluster]:
+    return (KafkaBroker(root, _port("EOSBATCH_KAFKA_PORT", 19092)),
+            PostgresCluster(root, _port("EOSBATCH_POSTGRES_PORT", 15432)))
+
+
+def connector_jars(root: Path | None = None) -> list[Path]:
+    """The spark-sql-kafka connector and its dependencies, minus what PySpark already ships."""
+    root = root or home()
+    cache = root / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    folder = maven.resolve(f"spark-kafka-{PYSPARK_VERSION}", SPARK_KAFKA_CONNECTOR, cache, cache / "maven.log",
+                           transitive=False)
+    import pyspark
+
+    shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return [jar for jar in maven.jars(folder) if _artifact(jar.name) not in shipped]
+
+
+def _artifact(file_name: str) -> str:
+    """`kafka-clients-3.9.0.jar` -> `kafka-clients`: the name without its version."""
+    stem = file_name.removesuffix(".jar")
+    parts = stem.split("-")
+    while parts and parts[-1][:1].isdigit():
+        parts.pop()
+    return "-".join(parts) or stem
+
+
+def up(log=print) -> StackInfo:  # type: ignore[no-untyped-def]
+    """Install what is missing, start what is stopped, and return once both services are usable."""
+    root = home()
+    root.mkdir(parents=True, exist_ok=True)
+    kafka, postgres = _parts(root)
+    started = time.monotonic()
+    bindir = postgres.install()
+    postgres.start(bindir)
+    log(f"postgres: running on 127.0.0.1:{postgres.port} ({time.monotonic() - started:.1f}s)")
+    jars = kafka.install(root / "cache")
+    kafka.start(jars)
+    connector_jars(root)
+    postgres.wait_ready()
+    kafka.wait_ready()
+    log(f"kafka: ready on {kafka.bootstrap} ({time.monotonic() - started:.1f}s)")
+    return status()
+
+
+def down(log=print) -> None:  # type: ignore[no-untyped-def]
+    kafka, postgres = _parts(home())
+    log("kafka: stopped" if kafka.stop() else "kafka: was not running")
+    log("postgres: stopped" if postgres.stop(find_bindir()) else "postgres: was not running")
+
+
+def status() -> StackInfo:
+    root = home()
+    kafka, postgres = _parts(root)
+    bindir = find_bindir()
+    versions = {"kafka": KAFKA_VERSION, "pyspark": PYSPARK_VERSION,
+                "postgres": postgres.version(bindir) if bindir else "not installed"}
+    return StackInfo(root, postgres.url, kafka.bootstrap, kafka.pid(), postgres.pid(), versions)

@@ -1,0 +1,118 @@
+"""A real Apache Kafka broker (KRaft, one node) run from the official jars."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from eosbatch.stack import maven, processes
+from eosbatch.stack.exceptions import StackError, StackNotReady
+from eosbatch.stack.versions import KAFKA_BROKER, KAFKA_VERSION
+
+# One broker cannot host replicas: without RF 1 and min ISR 1 for the internal topics,
+# init_transactions() and offset commits time out instead of failing.
+_PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{controller_port}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs={data}
+num.partitions=1
+auto.create.topics.enable=false
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+group.initial.rebalance.delay.ms=0
+"""
+
+
+class KafkaBroker:
+    def __init__(self, home: Path, port: int) -> None:
+        self.home = home / "kafka"
+        self.port = port
+        self.controller_port = port + 1
+        self.log = self.home / "kafka.log"
+        self.pid_file = self.home / "kafka.pid"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def pid(self) -> int | None:
+        return processes.read_pid(self.pid_file)
+
+    def install(self, cache: Path) -> Path:
+        self.home.mkdir(parents=True, exist_ok=True)
+        return maven.resolve(f"kafka-{KAFKA_VERSION}", KAFKA_BROKER, cache, self.home / "maven.log")
+
+    def _java(self) -> str:
+        java = shutil.which("java")
+        if java is None:
+            raise StackError("kafka: `java` is not on PATH (install a JDK 17)")
+        return java
+
+    def start(self, jars: Path) -> None:
+        if self.pid() is not None:
+            return
+        data = self.home / "data"
+        config = self.home / "server.properties"
+        config.write_text(
+            _PROPERTIES.format(port=self.port, controller_port=self.controller_port, data=data)
+        )
+        classpath = f"{jars}/*"
+        if not (data / "meta.properties").exists():
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            with self.log.open("ab") as out:
+                formatted = subprocess.run(
+                    [self._java(), "-cp", classpath, "kafka.tools.StorageTool", "format",
+                     "-t", cluster_id, "-c", str(config)],
+                    stdout=out, stderr=subprocess.STDOUT, check=False,
+                )
+            if formatted.returncode != 0:
+                raise StackError(f"kafka: formatting storage failed; see {self.log}")
+        processes.spawn(
+            [self._java(), "-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+             "-cp", classpath, "kafka.Kafka", str(config)],
+            self.log, self.pid_file,
+        )
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        """Ready means a transactional producer can init_transactions(), the call every batch depends on."""
+        from confluent_kafka import KafkaException, Producer
+
+        deadline = time.monotonic() + timeout
+        last = "no answer"
+        while time.monotonic() < deadline:
+            if self.pid() is None:
+                raise StackError(f"kafka: the broker exited during start; see {self.log}:\n"
+                                 f"{processes.tail(self.log)}")
+            producer = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": "eosbatch.stack-probe",
+                                 "log_level": 0, "logger": _silent})
+            try:
+                producer.init_transactions(10)
+                return
+            except KafkaException as exc:
+                last = str(exc)
+                time.sleep(0.5)
+        raise StackNotReady(f"kafka: not ready after {timeout:.0f}s ({last}); see {self.log}")
+
+    def stop(self) -> bool:
+        return processes.stop(self.pid_file, timeout=30)
+
+
+class _Silent:
+    def log(self, *args: object) -> None:  # librdkafka logs connection refusals while the broker starts
+        pass
+
+
+_silent = _Silent()

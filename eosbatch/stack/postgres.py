@@ -1,0 +1,135 @@
+"""A private PostgreSQL cluster made with Debian's binaries, on its own port, owned by the stack."""
+
+from __future__ import annotations
+
+import glob
+import re
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from eosbatch.stack import processes
+from eosbatch.stack.exceptions import StackError, StackNotReady
+
+DATABASE = "eosbatch"
+USER = "eosbatch"
+
+
+def find_bindir() -> Path | None:
+    for candidate in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]),
+                            reverse=True):
+        if Path(candidate, "initdb").exists():
+            return Path(candidate)
+    initdb = shutil.which("initdb")
+    return Path(initdb).resolve().parent if initdb else None
+
+
+def install_with_apt(log: Path) -> Path:
+    if os.geteuid() != 0:
+        raise StackError("postgres: no PostgreSQL binaries found and not root; install the `postgresql` package")
+    with log.open("ab") as out:
+        for command in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", "postgresql"]):
+            done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False,
+                                  env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+            if done.returncode != 0:
+                raise StackError(f"postgres: `{' '.join(command)}` failed; see {log}")
+    bindir = find_bindir()
+    if bindir is None:
+        raise StackError(f"postgres: installed the package but found no initdb; see {log}")
+    return bindir
+
+
+def _traversable_by(user: str, path: Path) -> bool:
+    probe = subprocess.run(["runuser", "-u", user, "--", "test", "-x", str(path)], check=False,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return probe.returncode == 0
+
+
+class PostgresCluster:
+    def __init__(self, home: Path, port: int) -> None:
+        self.home = home / "postgres"
+        self.port = port
+        self.log = self.home / "postgres.log"
+        self.data = self.home / "data"
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg2://{USER}@127.0.0.1:{self.port}/{DATABASE}"
+
+    def pid(self) -> int | None:
+        try:
+            pid = int((self.data / "postmaster.pid").read_text().splitlines()[0])
+        except (FileNotFoundError, ValueError, IndexError):
+            return None
+        return pid if processes.alive(pid) else None
+
+    def _as_owner(self, command: list[str]) -> list[str]:
+        # initdb and postgres refuse to run as root, so as root they run as the `postgres` user.
+        return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
+
+    def install(self) -> Path:
+        self.home.mkdir(parents=True, exist_ok=True)
+        return find_bindir() or install_with_apt(self.home / "apt.log")
+
+    def start(self, bindir: Path) -> None:
+        if self.pid() is not None:
+            return
+        if os.geteuid() == 0:
+            shutil.chown(self.home, "postgres")
+            if not _traversable_by("postgres", self.home):
+                raise StackError(f"postgres: user `postgres` cannot reach {self.home}; "
+                                 "set EOSBATCH_HOME to a folder whose parents are world-executable")
+        if not (self.data / "PG_VERSION").exists():
+            shutil.rmtree(self.data, ignore_errors=True)
+            self._run([str(bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", USER, "-E", "UTF8",
+                       "--no-sync"], "initdb")
+        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' "
+                   "-c max_connections=200 -c shared_buffers=256MB -c fsync=on -c max_prepared_transactions=0")
+        self._run([str(bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", options,
+                   "-w", "-t", "60", "start"], "pg_ctl start")
+
+    def _run(self, command: list[str], step: str) -> None:
+        with (self.home / "setup.log").open("ab") as out:
+            done = subprocess.run(self._as_owner(command), stdout=out, stderr=subprocess.STDOUT, check=False)
+        if done.returncode != 0:
+            raise StackError(f"postgres: {step} failed; see {self.home / 'setup.log'} and {self.log}:\n"
+                             f"{processes.tail(self.home / 'setup.log')}")
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        import psycopg2
+
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                connection = psycopg2.connect(host="127.0.0.1", port=self.port, user=USER, dbname="postgres",
+                                              connect_timeout=3)
+            except psycopg2.OperationalError as exc:
+                last = str(exc).strip()
+                time.sleep(0.3)
+                continue
+            connection.autocommit = True
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,))
+                if cursor.fetchone() is None:
+                    cursor.execute(f'CREATE DATABASE "{DATABASE}"')  # a constant, not user input
+            connection.close()
+            return
+        raise StackNotReady(f"postgres: no connection after {timeout:.0f}s ({last}); see {self.log}")
+
+    def stop(self, bindir: Path | None) -> bool:
+        if self.pid() is None:
+            return False
+        if bindir is not None:
+            subprocess.run(self._as_owner([str(bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w",
+                                           "stop"]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           check=False)
+        return True
+
+    def version(self, bindir: Path) -> str:
+        out = subprocess.run([str(bindir / "postgres"), "--version"], capture_output=True, text=True, check=False)
+        found = re.search(r"\(PostgreSQL\) (\S+)", out.stdout)
+        return found.group(1) if found else "?"
+

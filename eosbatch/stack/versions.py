@@ -1,0 +1,25 @@
+"""Versions of the real components the embedded stack runs."""
+
+from importlib.metadata import version
+
+KAFKA_VERSION = "4.1.1"
+SCALA_BINARY = "2.13"
+# PySpark 4.x is built for Scala 2.13; the connector must be the exact Spark version PySpark ships.
+PYSPARK_VERSION = version("pyspark")
+LOG4J_VERSION = "2.24.3"
+SLF4J_VERSION = "2.0.17"
+
+KAFKA_BROKER = [
+    f"org.apache.kafka:kafka_{SCALA_BINARY}:{KAFKA_VERSION}",
+    f"org.apache.logging.log4j:log4j-core:{LOG4J_VERSION}",
+    f"org.apache.logging.log4j:log4j-slf4j2-impl:{LOG4J_VERSION}",
+    f"org.slf4j:slf4j-api:{SLF4J_VERSION}",
+]
+# Listed one by one (not resolved transitively): Spark's parent pom names repositories this machine
+# cannot reach. These are the connector's runtime dependencies that PySpark does not ship itself.
+SPARK_KAFKA_CONNECTOR = [
+    f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{PYSPARK_VERSION}",
+    f"org.apache.spark:spark-token-provider-kafka-0-10_{SCALA_BINARY}:{PYSPARK_VERSION}",
+    "org.apache.kafka:kafka-clients:3.9.0",
+    "org.apache.commons:commons-pool2:2.12.0",
+]
