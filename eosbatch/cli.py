@@ -1,0 +1,99 @@
+"""The `eosbatch` command: argument parsing and printing over eosbatch.commands, nothing else."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+
+from eosbatch import commands
+from eosbatch.exceptions import EosbatchError, TerminalError
+
+EXIT_TERMINAL, EXIT_TRANSIENT = 2, 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="eosbatch", description="Exactly-once batches of Kafka data.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    stack_cmd = sub.add_parser("stack", help="the embedded local Kafka + PostgreSQL")
+    stack_cmd.add_argument("action", choices=["up", "down", "status", "env"])
+    db = sub.add_parser("db", help="the ledger schema (Alembic)")
+    db.add_argument("action", choices=["upgrade", "downgrade", "current"])
+    db.add_argument("revision", nargs="?", default=None)
+    run = sub.add_parser("run", help="run batches of a pipeline")
+    run.add_argument("pipeline")
+    run.add_argument("--max-batches", type=int, default=None)
+    run.add_argument("--until-caught-up", action="store_true", help="the default when --max-batches is absent")
+    status = sub.add_parser("status", help="batches, offsets and lag of a pipeline")
+    status.add_argument("pipeline")
+    status.add_argument("--json", action="store_true")
+    abort = sub.add_parser("abort", help="abort a pipeline's unfinished (uncommitted) batches")
+    abort.add_argument("pipeline")
+    abort.add_argument("batch_id", nargs="?", type=int)
+    return parser
+
+
+def _print_status(report: dict) -> None:  # type: ignore[type-arg]
+    print(f"pipeline {report['pipeline']}")
+    print(f"  {'partition':<24} {'next':>10} {'LSO':>10} {'lag':>8}")
+    for p in report["partitions"]:
+        print(f"  {p['partition']:<24} {str(p['next_offset']):>10} {p['last_stable_offset']:>10} {str(p['lag']):>8}")
+    print(f"  {'batch':>6} {'kind':<9} {'state':<10} {'read':>8} {'sink':>8} {'dead':>6} {'out':>8}  ranges")
+    for b in report["batches"]:
+        print(f"  {b['id']:>6} {b['kind']:<9} {b['state']:<10} {str(b['records_read']):>8} {str(b['sink_rows']):>8} "
+              f"{str(b['dead_letters']):>6} {str(b['published']):>8}  {' '.join(b['ranges'])}")
+        if b["error"]:
+            print(f"         error: {b['error']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "stack":
+            if args.action == "up":
+                info = commands.stack_up()
+                for key, value in info.env().items():
+                    print(f"export {key}={shlex.quote(value)}")
+            elif args.action == "down":
+                commands.stack.down()
+            elif args.action == "env":
+                for key, value in commands.stack_env().items():
+                    print(f"export {key}={shlex.quote(value)}")
+            else:
+                info = commands.stack.status()
+                print(f"home:     {info.home}")
+                print(f"kafka:    {info.kafka_bootstrap} pid={info.kafka_pid or 'stopped'} "
+                      f"version={info.versions['kafka']}")
+                print(f"postgres: {info.database_url} pid={info.postgres_pid or 'stopped'} "
+                      f"version={info.versions['postgres']}")
+                print(f"pyspark:  {info.versions['pyspark']}")
+        elif args.command == "db":
+            if args.action == "upgrade":
+                print(f"ledger at revision {commands.db_upgrade(args.revision or 'head')}")
+            elif args.action == "downgrade":
+                print(f"ledger at revision {commands.db_downgrade(args.revision or 'base')}")
+            else:
+                from eosbatch import config
+                from eosbatch.ledger import migrate
+
+                print(migrate.current(config.load().database_url))
+        elif args.command == "run":
+            summary = commands.run(args.pipeline, args.max_batches)
+            print(f"{summary.batches} batches: {summary.records_read} records read, {summary.sink_rows} sink rows, "
+                  f"{summary.dead_letters} dead letters, {summary.published} records published")
+        elif args.command == "status":
+            report = commands.status(args.pipeline)
+            print(json.dumps(report, indent=2)) if args.json else _print_status(report)
+        elif args.command == "abort":
+            aborted = commands.steps.abort(args.pipeline, args.batch_id, reason="aborted by eosbatch abort",
+                                           log=print)
+            print(f"aborted {len(aborted)} batch(es)")
+    except EosbatchError as exc:
+        print(f"eosbatch: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_TERMINAL if isinstance(exc, TerminalError) else EXIT_TRANSIENT
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Kafka: partition bounds at the last stable offset, the transactional publisher, the marker."""

@@ -1,0 +1,36 @@
+"""The marker: the batch's end offsets, committed to the marker group inside the publish transaction.
+
+Because Kafka commits them atomically with the output records, "the marker group is at the batch's
+end offsets" proves the output was published; it also lets standard lag tools show the pipeline's lag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition as KafkaTP
+
+from eosbatch.config import Settings
+from eosbatch.kafka.exceptions import KafkaUnavailable
+from eosbatch.protocol.ranges import OffsetRange, TopicPartition
+
+
+def consumer(settings: Settings, group: str) -> Consumer:
+    # read_committed makes OffsetFetch wait for pending transactional offsets (require_stable).
+    return Consumer(settings.kafka(**{"group.id": group, "enable.auto.commit": False,
+                                      "isolation.level": "read_committed"}))
+
+
+def read(settings: Settings, group: str, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+    client = consumer(settings, group)
+    try:
+        found = client.committed([KafkaTP(tp.topic, tp.partition) for tp in tps], timeout=30)
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"kafka: reading marker group {group}: {exc}") from exc
+    finally:
+        client.close()
+    return {TopicPartition(p.topic, p.partition): (p.offset if p.offset >= 0 else None) for p in found}
+
+
+def offsets_for(ranges: Iterable[OffsetRange]) -> list[KafkaTP]:
+    return [KafkaTP(r.topic, r.partition, r.end) for r in ranges]

@@ -1,0 +1,55 @@
+"""Partition bounds: the log start offset and the last stable offset (LSO), read as read_committed sees them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition as KafkaTP
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from eosbatch.config import Settings
+from eosbatch.kafka.exceptions import KafkaUnavailable, TopicMissing
+from eosbatch.protocol.ranges import PartitionBounds, TopicPartition
+
+TIMEOUT = 30.0
+
+
+def admin(settings: Settings) -> AdminClient:
+    return AdminClient(settings.kafka())
+
+
+def partitions(client: AdminClient, topics: Iterable[str]) -> list[TopicPartition]:
+    try:
+        metadata = client.list_topics(timeout=TIMEOUT)
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"kafka: cannot list topics: {exc}") from exc
+    found: list[TopicPartition] = []
+    for topic in topics:
+        meta = metadata.topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise TopicMissing(f"source.topics: topic {topic!r} does not exist in Kafka")
+        found.extend(TopicPartition(topic, p) for p in sorted(meta.partitions))
+    return found
+
+
+def bounds(settings: Settings, topics: Iterable[str]) -> dict[TopicPartition, PartitionBounds]:
+    """Log start and last stable offset of every partition of `topics`.
+
+    The LSO (ListOffsets latest with READ_COMMITTED) stops before the first open transaction, so a range
+    that ends there never waits on, or reads around, an undecided transaction."""
+    client = admin(settings)
+    tps = partitions(client, topics)
+    if not tps:
+        return {}
+
+    def query(spec: OffsetSpec) -> dict[TopicPartition, int]:
+        request = {KafkaTP(tp.topic, tp.partition): spec for tp in tps}
+        futures = client.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
+                                      request_timeout=TIMEOUT)
+        try:
+            return {TopicPartition(k.topic, k.partition): f.result().offset for k, f in futures.items()}
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"kafka: list_offsets failed: {exc}") from exc
+
+    low, stable = query(OffsetSpec.earliest()), query(OffsetSpec.latest())
+    return {tp: PartitionBounds(low[tp], stable[tp]) for tp in tps}

@@ -1,0 +1,148 @@
+"""The transactional publisher: one Kafka transaction per batch, fenced by a stable transactional.id.
+
+The producer is created lazily (on first use), never in __init__, so building a publisher is free and
+cannot fail; and its transaction is a small state machine whose methods check the state first.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from eosbatch import faults
+from eosbatch.config import Settings
+from eosbatch.kafka import marker
+from eosbatch.kafka.exceptions import KafkaUnavailable, PublisherFenced, PublishFailed
+from eosbatch.protocol.ranges import OffsetRange
+
+TIMEOUT = 60.0
+
+
+class TxnState(enum.Enum):
+    NEW = "new"              # producer not created yet
+    READY = "ready"          # init_transactions() done: older publishers fenced, their transactions settled
+    IN_TXN = "in_txn"
+    FAILED = "failed"        # fatal or fenced: this publisher is done for good
+
+
+class TransactionalPublisher:
+    def __init__(self, settings: Settings, transactional_id: str, transaction_timeout_ms: int = 600_000) -> None:
+        self._settings = settings
+        self._transactional_id = transactional_id
+        self._timeout_ms = transaction_timeout_ms
+        self._producer: Producer | None = None
+        self.state = TxnState.NEW
+        self.produced = 0
+
+    def _require(self, *states: TxnState) -> None:
+        if self.state not in states:
+            raise PublishFailed(f"publisher is {self.state.value}; expected {'/'.join(s.value for s in states)}")
+
+    def _fail(self, exc: KafkaException, doing: str) -> Exception:
+        error: KafkaError = exc.args[0]
+        if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+            self.state = TxnState.FAILED
+            return PublisherFenced(f"{doing}: fenced by a newer publisher of {self._transactional_id}")
+        if error.fatal():
+            self.state = TxnState.FAILED
+            return PublishFailed(f"{doing}: fatal: {error.str()}")
+        return KafkaUnavailable(f"{doing}: {error.str()}")
+
+    def init(self) -> None:
+        """Fence older publishers of this transactional.id and settle whatever they left open."""
+        self._require(TxnState.NEW)
+        self._producer = Producer(self._settings.kafka(**{
+            "transactional.id": self._transactional_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            # murmur2 keeps keys on the partitions Java clients would pick.
+            "partitioner": "murmur2_random",
+            "transaction.timeout.ms": self._timeout_ms,
+            "linger.ms": 20,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 200_000,
+        }))
+        try:
+            self._producer.init_transactions(TIMEOUT)
+        except KafkaException as exc:
+            raise self._fail(exc, "init_transactions") from exc
+        self.state = TxnState.READY
+
+    def begin(self) -> None:
+        self._require(TxnState.READY)
+        assert self._producer is not None
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            raise self._fail(exc, "begin_transaction") from exc
+        self.state = TxnState.IN_TXN
+
+    def produce(self, topic: str, records: Iterable[tuple[bytes | None, bytes]], headers: list[tuple[str, bytes]]
+                ) -> int:
+        self._require(TxnState.IN_TXN)
+        producer = self._producer
+        assert producer is not None
+        count = 0
+        for key, value in records:
+            while True:
+                try:
+                    producer.produce(topic, value=value, key=key, headers=headers)
+                    break
+                except BufferError:
+                    producer.poll(0.05)  # the local queue is full: let deliveries drain (bounded memory)
+            count += 1
+            if count % 10_000 == 0:
+                producer.poll(0)
+        # Flushed so that a crash here leaves real records of an open transaction in the topic.
+        producer.flush(TIMEOUT)
+        faults.point("publish.mid_produce")
+        self.produced += count
+        return count
+
+    def commit(self, settings: Settings, group: str, ranges: list[OffsetRange]) -> None:
+        """Send the marker offsets and commit: the output and the marker become visible together."""
+        self._require(TxnState.IN_TXN)
+        producer = self._producer
+        assert producer is not None
+        consumer = marker.consumer(settings, group)
+        try:
+            producer.send_offsets_to_transaction(marker.offsets_for(ranges), consumer.consumer_group_metadata(),
+                                                 TIMEOUT)
+            producer.commit_transaction(TIMEOUT)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.txn_requires_abort():
+                self.abort()
+                raise KafkaUnavailable(f"commit_transaction: aborted, retry the publish: {error.str()}") from exc
+            raise self._fail(exc, "commit_transaction") from exc
+        finally:
+            consumer.close()
+        self.state = TxnState.READY
+
+    def abort(self) -> None:
+        self._require(TxnState.IN_TXN)
+        assert self._producer is not None
+        try:
+            self._producer.abort_transaction(TIMEOUT)
+        except KafkaException as exc:
+            raise self._fail(exc, "abort_transaction") from exc
+        self.state = TxnState.READY
+
+    def close(self) -> None:
+        if self._producer is not None and self.state is TxnState.IN_TXN:
+            try:
+                self.abort()
+            except Exception:  # noqa: BLE001 - closing after a failure; the broker times the txn out anyway
+                pass
+        if self._producer is not None:
+            self._producer.flush(5)
+        self._producer = None
+
+    def __enter__(self) -> TransactionalPublisher:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

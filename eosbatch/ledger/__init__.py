@@ -1,0 +1,1 @@
+"""PostgreSQL: the ledger, staging and the commit statement."""

@@ -1,0 +1,14 @@
+from eosbatch.exceptions import TerminalError
+
+
+class ProtocolError(TerminalError):
+    """A request or a state that the protocol refuses."""
+
+
+class IllegalTransition(ProtocolError):
+    def __init__(self, batch_id: int, state: str, target: str) -> None:
+        super().__init__(f"batch {batch_id} is {state}; it cannot become {target}")
+
+
+class InvalidRange(ProtocolError):
+    """An offset range that cannot be planned; the message names the partition and what exists."""

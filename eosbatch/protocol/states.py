@@ -1,0 +1,35 @@
+"""Batch states and the only transitions between them.
+
+Before the commit a batch can only be aborted; after it, it can only be rolled forward. The table
+below is that rule, and every ledger write goes through `check_transition`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from eosbatch.protocol.exceptions import IllegalTransition
+
+BatchState = Literal["planned", "staged", "committed", "published", "aborted"]
+BatchKind = Literal["regular", "backfill", "replay"]
+STATES: tuple[BatchState, ...] = get_args(BatchState)
+KINDS: tuple[BatchKind, ...] = get_args(BatchKind)
+
+TRANSITIONS: dict[BatchState, frozenset[BatchState]] = {
+    "planned": frozenset({"staged", "aborted"}),
+    "staged": frozenset({"committed", "aborted"}),
+    "committed": frozenset({"published"}),
+    "published": frozenset(),
+    "aborted": frozenset(),
+}
+OPEN_STATES: frozenset[BatchState] = frozenset({"planned", "staged", "committed"})
+ABORTABLE: frozenset[BatchState] = frozenset({"planned", "staged"})
+
+
+def can_transition(state: BatchState, target: BatchState) -> bool:
+    return target in TRANSITIONS[state]
+
+
+def check_transition(batch_id: int, state: BatchState, target: BatchState) -> None:
+    if not can_transition(state, target):
+        raise IllegalTransition(batch_id, state, target)

@@ -1,0 +1,67 @@
+"""Reading exactly the planned ranges, read_committed, and splitting malformed records off."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from eosbatch.config import Settings
+from eosbatch.pipeline import KafkaSource
+from eosbatch.protocol.ranges import OffsetRange
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+ERROR_COLUMN = "_eosbatch_error"
+_CORRUPT = "_eosbatch_corrupt"
+
+
+def offsets_json(ranges: list[OffsetRange]) -> tuple[str, str, str]:
+    """The connector's `assign`, `startingOffsets` and `endingOffsets` options for these ranges."""
+    assign: dict[str, list[int]] = defaultdict(list)
+    starts: dict[str, dict[str, int]] = defaultdict(dict)
+    ends: dict[str, dict[str, int]] = defaultdict(dict)
+    for r in ranges:
+        assign[r.topic].append(r.partition)
+        starts[r.topic][str(r.partition)] = r.start
+        ends[r.topic][str(r.partition)] = r.end
+    return json.dumps(assign), json.dumps(starts), json.dumps(ends)
+
+
+def read_ranges(spark: SparkSession, settings: Settings, ranges: list[OffsetRange]) -> DataFrame:
+    assign, starts, ends = offsets_json(ranges)
+    return (spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+            # Aborted records and transaction markers leave gaps; read_committed skips them.
+            .option("kafka.isolation.level", "read_committed")
+            .option("assign", assign)
+            .option("startingOffsets", starts)
+            .option("endingOffsets", ends)
+            .load())
+
+
+def parse(df: DataFrame, source: KafkaSource) -> DataFrame:
+    """Add the value's JSON fields as columns and an error column: set (never null) for a malformed record."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    if source.value_schema is None:
+        return df.withColumn(ERROR_COLUMN, F.lit(None).cast("string"))
+    declared = StructType.fromDDL(source.value_schema)
+    # Parsed as nullable so that a missing required field is reported by name instead of failing the read.
+    relaxed = StructType([StructField(f.name, f.dataType, True) for f in declared.fields]
+                         + [StructField(_CORRUPT, StringType(), True)])
+    text = F.col("value").cast("string")
+    parsed = F.from_json(text, relaxed, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
+    out = df.withColumn("_eosbatch_parsed", parsed)
+    checks = [(F.col("value").isNull(), F.lit("value is null")),
+              (F.col(f"_eosbatch_parsed.{_CORRUPT}").isNotNull(),
+               F.lit(f"not a JSON object matching schema ({source.value_schema})"))]
+    checks += [(F.col(f"_eosbatch_parsed.`{f.name}`").isNull(), F.lit(f"missing required field {f.name!r}"))
+               for f in declared.fields if not f.nullable]
+    error = F.when(checks[0][0], checks[0][1])
+    for condition, message in checks[1:]:
+        error = error.when(condition, message)
+    fields = [F.col(f"_eosbatch_parsed.`{f.name}`").alias(f.name) for f in declared.fields]
+    return out.select(*df.columns, *fields, error.alias(ERROR_COLUMN))

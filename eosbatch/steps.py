@@ -1,0 +1,336 @@
+"""The batch protocol's steps, each a plain function that the CLI, the Spark app and the DAGs call.
+
+plan -> process -> commit -> publish (-> finalize); abort on failure before the commit. Every step is
+safe to re-run: it reads the batch's state first and does only what is left.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import psycopg2
+import psycopg2.errors
+import psycopg2.extras
+
+from eosbatch import config, faults, registry
+from eosbatch.exceptions import TerminalError, TransientError
+from eosbatch.kafka import marker, offsets
+from eosbatch.kafka.publisher import TransactionalPublisher
+from eosbatch.ledger import sinks, store
+from eosbatch.ledger.exceptions import OffsetMismatch, RangeConflict, StaleEpoch
+from eosbatch.pipeline import Pipeline
+from eosbatch.protocol import ranges as plan_ranges
+from eosbatch.protocol.recovery import publish_action, recovery_action
+from eosbatch.protocol.states import ABORTABLE, BatchKind
+
+Log = Callable[[str], None]
+HEADER_PIPELINE = "eosbatch.pipeline"
+HEADER_BATCH = "eosbatch.batch"
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def transactional_id(pipeline: Pipeline, batch: store.Batch) -> str:
+    # Regular batches and backfills run side by side (separate DAGs); each kind fences its own zombies.
+    return pipeline.transactional_id if batch.kind == "regular" else f"{pipeline.transactional_id}.backfill"
+
+
+# ---------------------------------------------------------------- recover and plan
+
+def recover(pipeline_name: str, log: Log = _quiet) -> int:
+    """Take the pipeline over (bump the epoch), abort unfinished batches, roll committed ones forward."""
+    settings = config.load()
+    pipeline = registry.get(pipeline_name)
+    with store.transaction(settings) as cur:
+        store.lock_pipeline(cur, pipeline.name)
+        epoch = store.bump_epoch(cur, pipeline.name)
+        pending = store.open_batches(cur, pipeline.name)
+        for batch in pending:
+            if recovery_action(batch.state) == "abort":
+                _abort(cur, pipeline, batch, "aborted by recovery: its runner did not finish")
+                log(f"batch {batch.id}: was {batch.state}, aborted; its ranges will be planned again")
+    for batch in pending:
+        if recovery_action(batch.state) == "roll_forward":
+            log(f"batch {batch.id}: committed but not published; rolling forward")
+            publish(pipeline.name, batch.id, log)
+    return epoch
+
+
+def plan(pipeline_name: str, log: Log = _quiet) -> store.Batch | None:
+    """Recover, then plan the next regular batch up to the last stable offset; None when caught up."""
+    settings = config.load()
+    pipeline = registry.get(pipeline_name)
+    epoch = recover(pipeline.name, log)
+    bounds = offsets.bounds(settings, pipeline.source.topics)
+    with store.transaction(settings) as cur:
+        if store.lock_pipeline(cur, pipeline.name) != epoch:
+            raise StaleEpoch(f"pipeline {pipeline.name!r} was taken over by another runner while planning")
+        known = store.next_offsets(cur, pipeline.name, lock=True)
+        first = pipeline.source.starting_offsets
+        store.add_partitions(cur, pipeline.name, {
+            tp: (b.low if first == "earliest" else b.stable) for tp, b in bounds.items() if tp not in known})
+        ranges = plan_ranges.plan_next(store.next_offsets(cur, pipeline.name), bounds,
+                                       pipeline.source.max_records_per_batch)
+        if not ranges:
+            return None
+        batch = store.create_batch(cur, pipeline.name, "regular", epoch, ranges, pipeline.marker_group)
+    log(f"batch {batch.id}: planned {', '.join(map(str, batch.ranges))}")
+    faults.point("plan.after_commit")
+    return batch
+
+
+# ---------------------------------------------------------------- process (Spark)
+
+class SparkRun(NamedTuple):
+    command: list[str]
+    env: dict[str, str]
+    log: Path
+
+
+def _py_files(pipeline_modules: list[str], folder: Path) -> Path:
+    """A zip of the eosbatch package and the pipeline modules' top-level packages, for the executors."""
+    archive = folder / "eosbatch-app.zip"
+    roots = {Path(__file__).resolve().parent}
+    for module in pipeline_modules:
+        spec = find_spec(module.split(".")[0])
+        if spec is not None and spec.origin:
+            origin = Path(spec.origin)
+            roots.add(origin.parent if origin.name == "__init__.py" else origin)
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for root in roots:
+            files = [root] if root.is_file() else [p for p in root.rglob("*.py")]
+            for path in files:
+                zf.write(path, path.relative_to(root.parent))
+    return archive
+
+
+def spark_submit(pipeline_name: str, batch_id: int, settings: config.Settings) -> SparkRun:
+    import pyspark
+
+    from eosbatch import stack
+
+    logs = stack.home() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="eosbatch-submit-"))
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    app = Path(__file__).resolve().parents[1] / "spark_apps" / "process_batch.py"
+    jars = ",".join(str(j) for j in stack.connector_jars())
+    command = [str(submit), "--master", settings.spark_master, "--jars", jars,
+               "--py-files", str(_py_files(registry.modules(), work)),
+               "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.memory=2g",
+               str(app), pipeline_name, str(batch_id)]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    if settings.spark_master.startswith("local"):
+        env["SPARK_LOCAL_IP"] = "127.0.0.1"  # keep a local run's traffic on loopback
+    return SparkRun(command, env, logs / f"{pipeline_name}-batch-{batch_id}.log")
+
+
+def process(pipeline_name: str, batch_id: int, log: Log = _quiet) -> None:
+    """Run the Spark app for a planned batch with spark-submit; it stages the rows and marks the batch staged."""
+    settings = config.load()
+    with store.transaction(settings) as cur:
+        batch = store.get_batch(cur, batch_id)
+    if batch.state != "planned":
+        log(f"batch {batch_id}: already {batch.state}; nothing to process")
+        return
+    run = spark_submit(pipeline_name, batch_id, settings)
+    with run.log.open("ab") as out:
+        done = subprocess.run(run.command, env=run.env, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if done.returncode == 0:
+        log(_last_line(run.log, "batch "))
+        return
+    reason = _last_line(run.log, "eosbatch: ") or f"spark-submit exited {done.returncode}"
+    error = TerminalError if done.returncode == 2 else TransientError
+    raise error(f"process: {reason} (log: {run.log})")
+
+
+def _last_line(path: Path, prefix: str) -> str:
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.startswith(prefix)]
+    return lines[-1] if lines else ""
+
+
+# ---------------------------------------------------------------- commit
+
+def commit(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
+    """The decision point: one PostgreSQL transaction moves results, dead letters and offsets together."""
+    settings = config.load()
+    pipeline = registry.get(pipeline_name)
+    try:
+        with store.transaction(settings) as cur:
+            batch = store.get_batch(cur, batch_id, lock=True)
+            if batch.state in ("committed", "published"):
+                log(f"batch {batch_id}: already {batch.state}")
+                return batch
+            store.check_epoch(cur, batch, lock=True)
+            if batch.kind == "regular":
+                expected = store.next_offsets(cur, pipeline.name, lock=True)
+                for r in batch.ranges:
+                    if expected.get(r.tp) != r.start:
+                        raise OffsetMismatch(f"batch {batch_id}: {r.tp} starts at {r.start} but the ledger's next "
+                                             f"offset is {expected.get(r.tp)}; another run committed first")
+            try:
+                psycopg2.extras.execute_values(
+                    cur, "INSERT INTO eosbatch.committed_ranges (pipeline, topic, partition, offsets, batch_id) "
+                         "VALUES %s",
+                    [(pipeline.name, r.topic, r.partition, psycopg2.extras.NumericRange(r.start, r.end, "[)"),
+                      batch_id) for r in batch.ranges],
+                    template="(%s, %s, %s, %s::int8range, %s)")
+            except psycopg2.errors.ExclusionViolation as exc:
+                raise RangeConflict(f"batch {batch_id}: a range overlaps one already committed: "
+                                    f"{exc.diag.message_detail}") from None
+            sink_rows = sinks.upsert(cur, pipeline, batch_id, batch.writer_tags("sink"))
+            dead = sinks.copy_dead_letters(cur, pipeline.name, batch_id, batch.writer_tags("dead_letters"))
+            if batch.kind == "regular":
+                for r in batch.ranges:
+                    cur.execute("UPDATE eosbatch.partition_offsets SET next_offset = %s "
+                                "WHERE pipeline = %s AND topic = %s AND partition = %s",
+                                (r.end, pipeline.name, r.topic, r.partition))
+            batch = store.set_state(cur, batch, "committed", sink_rows=sink_rows, dead_letters=dead)
+            faults.point("commit.before_commit")
+    except (OffsetMismatch, RangeConflict) as exc:
+        abort(pipeline.name, batch_id, reason=str(exc))
+        raise
+    faults.point("commit.after_commit")
+    log(f"batch {batch_id}: committed {sink_rows} sink rows, {dead} dead letters")
+    return batch
+
+
+# ---------------------------------------------------------------- publish and finalize
+
+def _outbox(settings: config.Settings, pipeline: Pipeline, batch_id: int, writers: list[str]
+            ) -> Any:
+    """Stream the batch's output records from PostgreSQL with a server-side cursor (bounded memory)."""
+    connection = store.connect(settings)
+    try:
+        with connection.cursor() as probe:
+            query = sinks.outbox(probe, pipeline)
+        if query is None:
+            return
+        with connection.cursor(name=f"eosbatch_outbox_{batch_id}") as cursor:
+            cursor.itersize = 5_000
+            cursor.execute(query, {"batch": batch_id, "writers": writers})
+            for key, value in cursor:
+                yield (None if key is None else key.encode()), value.encode()
+    finally:
+        connection.close()
+
+
+def publish(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
+    """Publish a committed batch in one Kafka transaction together with its marker; then finalize."""
+    settings = config.load()
+    pipeline = registry.get(pipeline_name)
+    with store.transaction(settings) as cur:
+        batch = store.get_batch(cur, batch_id)
+    if batch.state == "published":
+        log(f"batch {batch_id}: already published")
+        return batch
+    if batch.state != "committed":
+        raise TerminalError(f"batch {batch_id} is {batch.state}; only a committed batch can be published")
+    produced = 0
+    with TransactionalPublisher(settings, transactional_id(pipeline, batch)) as publisher:
+        publisher.init()  # fences older publishers first: only now is the marker trustworthy
+        tps = [r.tp for r in batch.ranges]
+        if publish_action(batch.ranges, marker.read(settings, batch.marker_group, tps)) == "finalize_only":
+            log(f"batch {batch_id}: marker shows it published already; finalizing only")
+        else:
+            publisher.begin()
+            if pipeline.output is not None and batch.publish:
+                headers = [(HEADER_PIPELINE, pipeline.name.encode()), (HEADER_BATCH, str(batch_id).encode())]
+                produced = publisher.produce(pipeline.output.topic,
+                                             _outbox(settings, pipeline, batch_id, batch.writer_tags("sink")),
+                                             headers)
+            publisher.commit(settings, batch.marker_group, list(batch.ranges))
+            faults.point("publish.after_kafka_commit")
+            log(f"batch {batch_id}: published {produced} records")
+    return finalize(pipeline.name, batch_id, produced)
+
+
+def finalize(pipeline_name: str, batch_id: int, produced: int | None = None, log: Log = _quiet) -> store.Batch:
+    settings = config.load()
+    pipeline = registry.get(pipeline_name)
+    with store.transaction(settings) as cur:
+        batch = store.get_batch(cur, batch_id, lock=True)
+        if batch.state == "published":
+            return batch
+        fields: dict[str, Any] = {} if produced is None else {"published_records": produced}
+        batch = store.set_state(cur, batch, "published", **fields)
+        store.delete_staging(cur, batch_id, sinks.stage_table(pipeline))
+    log(f"batch {batch_id}: finalized")
+    return batch
+
+
+# ---------------------------------------------------------------- abort
+
+def _abort(cur: store.Cursor, pipeline: Pipeline, batch: store.Batch, reason: str) -> store.Batch:
+    batch = store.set_state(cur, batch, "aborted", error=reason[:2000])
+    store.delete_staging(cur, batch.id, sinks.stage_table(pipeline))
+    return batch
+
+
+def abort(pipeline_name: str, batch_id: int | None = None, reason: str = "aborted", log: Log = _quiet
+          ) -> list[int]:
+    """Abort the given batch, or every unfinished one: offsets stay, so the same ranges are planned again.
+    A committed batch is never aborted: it can only be rolled forward."""
+    settings = config.load()
+    pipeline = registry.get(pipeline_name)
+    aborted: list[int] = []
+    with store.transaction(settings) as cur:
+        store.lock_pipeline(cur, pipeline.name)
+        batches = [store.get_batch(cur, batch_id)] if batch_id is not None else store.open_batches(cur, pipeline.name)
+        for batch in batches:
+            if batch.state in ABORTABLE:
+                _abort(cur, pipeline, batch, reason)
+                aborted.append(batch.id)
+                log(f"batch {batch.id}: aborted ({reason})")
+            elif batch.state == "committed":
+                log(f"batch {batch.id}: committed, so not aborted; the next run publishes it")
+    return aborted
+
+
+# ---------------------------------------------------------------- the whole loop
+
+class RunSummary(NamedTuple):
+    batches: int
+    records_read: int
+    sink_rows: int
+    dead_letters: int
+    published: int
+
+
+def run_batch(pipeline_name: str, batch: store.Batch, log: Log = _quiet) -> store.Batch:
+    """process -> commit -> publish for one planned batch; aborts it if it fails before the commit."""
+    try:
+        process(pipeline_name, batch.id, log)
+        committed = commit(pipeline_name, batch.id, log)
+    except (OffsetMismatch, RangeConflict):
+        raise
+    except Exception as exc:
+        abort(pipeline_name, batch.id, reason=f"{type(exc).__name__}: {exc}")
+        raise
+    del committed
+    return publish(pipeline_name, batch.id, log)
+
+
+def run(pipeline_name: str, max_batches: int | None = None, log: Log = _quiet,
+        kind: BatchKind = "regular") -> RunSummary:
+    """Plan and run batches until caught up (or `max_batches`)."""
+    totals = [0, 0, 0, 0, 0]
+    while max_batches is None or totals[0] < max_batches:
+        batch = plan(pipeline_name, log)
+        if batch is None:
+            break
+        done = run_batch(pipeline_name, batch, log)
+        for i, value in enumerate((1, done.records_read, done.sink_rows, done.dead_letters,
+                                   done.published_records)):
+            totals[i] += value or 0
+    return RunSummary(*totals)
