@@ -8,11 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition as KafkaTP
+import time
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition as KafkaTP
 
 from eosbatch.config import Settings
 from eosbatch.kafka.exceptions import KafkaUnavailable
 from eosbatch.protocol.ranges import OffsetRange, TopicPartition
+
+
+_COORDINATOR_ERRORS = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                       KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT}
 
 
 def consumer(settings: Settings, group: str) -> Consumer:
@@ -21,12 +27,22 @@ def consumer(settings: Settings, group: str) -> Consumer:
                                       "isolation.level": "read_committed"}))
 
 
-def read(settings: Settings, group: str, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+def read(settings: Settings, group: str, tps: Iterable[TopicPartition], timeout: float = 60.0
+         ) -> dict[TopicPartition, int | None]:
     client = consumer(settings, group)
+    wanted = [KafkaTP(tp.topic, tp.partition) for tp in tps]
+    deadline = time.monotonic() + timeout
     try:
-        found = client.committed([KafkaTP(tp.topic, tp.partition) for tp in tps], timeout=30)
-    except KafkaException as exc:
-        raise KafkaUnavailable(f"kafka: reading marker group {group}: {exc}") from exc
+        while True:
+            try:
+                found = client.committed(wanted, timeout=30)
+                break
+            except KafkaException as exc:
+                # The group coordinator moves or loads (first use of __consumer_offsets, broker restart).
+                if not exc.args[0].retriable() and exc.args[0].code() not in _COORDINATOR_ERRORS \
+                        or time.monotonic() > deadline:
+                    raise KafkaUnavailable(f"kafka: reading marker group {group}: {exc}") from exc
+                time.sleep(0.5)
     finally:
         client.close()
     return {TopicPartition(p.topic, p.partition): (p.offset if p.offset >= 0 else None) for p in found}

@@ -1,0 +1,1 @@
+"""The demo: orders flowing into running totals per customer (accumulate) and latest order rows (replace)."""

@@ -1,0 +1,109 @@
+"""Realistic input for the demo: orders produced in Kafka transactions, some of them aborted, with
+repeated order ids (updates) and a few malformed records. Returns what a read_committed reader must see."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import NamedTuple
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from eosbatch.config import Settings
+
+
+class Produced(NamedTuple):
+    committed: list[dict]   # valid orders in committed transactions, with partition and offset
+    malformed: int          # committed records that must land in the dead letters
+    aborted: int            # records in aborted transactions: must appear nowhere
+
+
+def ensure_topics(settings: Settings, topics: dict[str, int]) -> None:
+    admin = AdminClient(settings.kafka())
+    existing = admin.list_topics(timeout=30).topics
+    wanted = [NewTopic(name, partitions, 1) for name, partitions in topics.items() if name not in existing]
+    for future in admin.create_topics(wanted).values() if wanted else ():
+        future.result()
+
+
+MALFORMED = [b"not json at all", b'{"order_id": "x-1", "customer_id": "c-1"}',
+             b'{"order_id": "x-2", "customer_id": "c-2", "amount": "twelve"}', b"[1, 2, 3]"]
+
+
+def generate(settings: Settings, topic: str = "orders", records: int = 10_000, partitions: int = 4,
+             transaction_size: int = 500, abort_every: int = 5, malformed_every: int = 997,
+             seed: int = 7, customers: int = 200, value_padding: int = 0) -> Produced:
+    """Produce `records` records in transactions; every `abort_every`-th transaction is aborted."""
+    rng = random.Random(seed)
+    ensure_topics(settings, {topic: partitions})
+    producer = Producer(settings.kafka(**{"transactional.id": f"eosbatch-demo-generator-{topic}-{seed}",
+                                          "linger.ms": 20, "partitioner": "murmur2_random"}))
+    producer.init_transactions(60)
+    delivered: dict[int, tuple[int, int]] = {}
+    pending: list[tuple[int, dict | None]] = []
+    committed: list[dict] = []
+    malformed = aborted = 0
+    sequence = 0
+    transaction = 0
+    padding = "x" * value_padding
+    while sequence < records:
+        transaction += 1
+        abort = abort_every > 0 and transaction % abort_every == 0
+        producer.begin_transaction()
+        batch: list[tuple[int, dict | None]] = []
+        for _ in range(min(transaction_size, records - sequence)):
+            sequence += 1
+            if not abort and malformed_every and sequence % malformed_every == 0:
+                value, order = MALFORMED[sequence % len(MALFORMED)], None
+                key = f"bad-{sequence}".encode()
+            else:
+                # 1 in 10 orders repeats an earlier order id: an update that a replace sink must keep last.
+                order_no = rng.randrange(1, sequence + 1) if rng.random() < 0.1 else sequence
+                order = {"order_id": f"o-{order_no}",
+                         "customer_id": f"{'ghost' if abort else 'c'}-{rng.randrange(customers)}",
+                         "amount": round(rng.uniform(1, 500), 2),
+                         "status": rng.choice(["new", "paid", "shipped"])}
+                if padding:
+                    order["note"] = padding
+                value, key = json.dumps(order).encode(), order["order_id"].encode()
+            index = len(pending) + len(batch)
+
+            def on_delivery(err, msg, index=index):  # noqa: ANN001
+                if err is None:
+                    delivered[index] = (msg.partition(), msg.offset())
+
+            producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
+            batch.append((index, order))
+            producer.poll(0)
+        producer.flush(60)
+        if abort:
+            producer.abort_transaction(60)
+            aborted += len(batch)
+        else:
+            producer.commit_transaction(60)
+            for index, order in batch:
+                if order is None:
+                    malformed += 1
+                else:
+                    partition, offset = delivered[index]
+                    committed.append({**order, "partition": partition, "offset": offset})
+        pending.extend(batch)
+    producer.flush(60)
+    return Produced(committed, malformed, aborted)
+
+
+def expected_totals(orders: list[dict]) -> dict[str, tuple[float, int]]:
+    totals: dict[str, list] = {}
+    for order in orders:
+        entry = totals.setdefault(order["customer_id"], [0.0, 0])
+        entry[0] += order["amount"]
+        entry[1] += 1
+    return {k: (round(v[0], 2), v[1]) for k, v in totals.items()}
+
+
+def expected_latest(orders: list[dict]) -> dict[str, dict]:
+    latest: dict[str, dict] = {}
+    for order in sorted(orders, key=lambda o: (o["partition"], o["offset"])):
+        latest[order["order_id"]] = order  # keys land on one partition, so offset order is the input order
+    return latest
