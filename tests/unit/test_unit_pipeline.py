@@ -1,0 +1,209 @@
+"""Pipeline definitions, their validation, the registry, and the sink's ordering columns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from uuid import uuid4
+
+import pytest
+
+from eosbatch import registry
+from eosbatch.config import PIPELINES
+from eosbatch.exceptions import ConfigError, TerminalError
+from eosbatch.ledger.sinks import order_columns
+from eosbatch.pipeline import RESERVED_COLUMNS, KafkaOutput, KafkaSource, Pipeline, PostgresSink
+
+pytestmark = pytest.mark.unit
+
+
+def unique() -> str:
+    return f"t_{uuid4().hex[:8]}"
+
+
+def pipeline(**overrides: Any) -> Pipeline:
+    fields: dict[str, Any] = {
+        "name": unique(),
+        "source": KafkaSource(["orders"]),
+        "transform": lambda df: df,
+        "sink": PostgresSink("totals", key=["customer_id"]),
+    }
+    fields.update(overrides)
+    return Pipeline(**fields)
+
+
+def refused(build: Callable[[], object], field: str) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        build()
+    assert info.value.field == field, str(info.value)
+    assert str(info.value).startswith(f"{field}: ")
+    assert isinstance(info.value, TerminalError)
+    return info.value
+
+
+def test_a_valid_pipeline_is_built_normalized_and_registered() -> None:
+    output = KafkaOutput("totals-out", "customer_id")
+    p = pipeline(source=KafkaSource(["orders", "refunds"], max_records_per_batch=5), output=output)
+    assert p.source.topics == ("orders", "refunds")
+    assert p.sink.key == ("customer_id",)
+    assert p.transactional_id == p.marker_group == f"eosbatch.{p.name}"
+    assert registry.load([])[p.name] is p
+
+
+def test_invalid_pipeline_name() -> None:
+    for name in ("", "Upper", "1st", "with-dash", "a" * 49, 5, None):
+        refused(lambda n=name: pipeline(name=n), "name")
+
+
+def test_longest_valid_pipeline_name() -> None:
+    name = "a" + uuid4().hex[:8] + "b" * 39
+    assert pipeline(name=name).name == name
+
+
+def test_invalid_source_topics() -> None:
+    for topics, field in [
+        ("orders", "source.topics"),  # a bare string is not a list of topics
+        ([], "source.topics"),
+        (["orders", "bad topic"], "source.topics[1]"),
+        (["x" * 250], "source.topics[0]"),
+        ([None], "source.topics[0]"),
+    ]:
+        refused(lambda t=topics: KafkaSource(t), field)
+
+
+def test_invalid_source_settings() -> None:
+    for value in (0, -1, "10", 1.5):
+        refused(lambda v=value: KafkaSource(["orders"], max_records_per_batch=v),
+                "source.max_records_per_batch")
+    refused(lambda: KafkaSource(["orders"], starting_offsets="middle"), "source.starting_offsets")  # type: ignore
+    refused(lambda: KafkaSource(["orders"], value_schema=""), "source.value_schema")
+
+
+def test_sink_table_must_be_a_plain_identifier() -> None:
+    for table in ('x"; drop table y; --', "two words", "1table", "t" * 64, ""):
+        error = refused(lambda t=table: PostgresSink(t, key=["id"]), "sink.table")
+        assert "not a valid SQL identifier" in str(error)
+    assert PostgresSink("T_" + "t" * 61, key=["id"]).table == "T_" + "t" * 61  # 63 characters is the limit
+
+
+def test_sink_schema_must_be_a_plain_identifier() -> None:
+    refused(lambda: PostgresSink("t", key=["id"], schema="public; drop"), "sink.schema")
+
+
+def test_invalid_sink_key() -> None:
+    for key, field in [
+        ("customer_id", "sink.key"),  # a bare string, not a list of columns
+        ([], "sink.key"),
+        (["id", "id"], "sink.key"),
+        (["id", "bad col"], "sink.key[1]"),
+        (["id", 'x") --'], "sink.key[1]"),
+    ]:
+        refused(lambda k=key: PostgresSink("t", key=k), field)
+
+
+def test_reserved_columns_are_refused_everywhere() -> None:
+    assert RESERVED_COLUMNS == {"_eosbatch_batch", "_eosbatch_writer"}
+    for column in sorted(RESERVED_COLUMNS):
+        error = refused(lambda c=column: PostgresSink("t", key=["id", c]), "sink.key[1]")
+        assert "reserved" in str(error)
+        refused(lambda c=column: PostgresSink("t", key=["id"], order_by=[c]), "sink.order_by[0]")
+        refused(lambda c=column: PostgresSink(c, key=["id"]), "sink.table")
+        refused(lambda c=column: KafkaOutput("out", c), "output.key")
+
+
+def test_sink_mode_rules() -> None:
+    refused(lambda: PostgresSink("t", key=["id"], mode="upsert"), "sink.mode")  # type: ignore[arg-type]
+    refused(lambda: PostgresSink("t", key=["id"], mode="accumulate"), "sink.accumulate")
+    refused(lambda: PostgresSink("t", key=["id"], accumulate=["n"]), "sink.accumulate")
+    refused(lambda: PostgresSink("t", key=["id"], mode="accumulate", accumulate=["id", "n"]),
+            "sink.accumulate")
+    refused(lambda: PostgresSink("t", key=["id"], mode="accumulate", accumulate=["n"], order_by=["ts"]),
+            "sink.order_by")
+    sink = PostgresSink("t", key=["id"], mode="accumulate", accumulate=["n", "total"])
+    assert sink.accumulate == ("n", "total")
+
+
+def test_invalid_output() -> None:
+    refused(lambda: KafkaOutput("bad topic!", "id"), "output.topic")
+    refused(lambda: KafkaOutput("out", "bad key"), "output.key")
+    error = refused(lambda: pipeline(output=KafkaOutput("orders", "customer_id")), "output.topic")
+    assert "source" in str(error)
+
+
+def test_pipeline_parts_must_have_the_right_types() -> None:
+    refused(lambda: pipeline(source={"topics": ["orders"]}), "source")
+    refused(lambda: pipeline(sink="totals"), "sink")
+    refused(lambda: pipeline(output="totals-out"), "output")
+    refused(lambda: pipeline(transform="select *"), "transform")
+
+
+@pytest.mark.xfail(strict=True, reason="pipeline.py validates with re.match and a `$` anchor, which also "
+                   "matches before a trailing newline, so 'x\\n' passes as a name, SQL identifier and topic")
+def test_a_trailing_newline_is_not_a_valid_name_identifier_or_topic() -> None:
+    refused(lambda: pipeline(name=unique() + "\n"), "name")
+    refused(lambda: PostgresSink("totals\n", key=["id"]), "sink.table")
+    refused(lambda: KafkaSource(["orders\n"]), "source.topics[0]")
+
+
+# --- registry -----------------------------------------------------------------------------------------------
+
+
+def test_the_same_name_from_another_module_is_refused() -> None:
+    name = unique()
+    pipeline(name=name)
+
+    def elsewhere(df: Any) -> Any:
+        return df
+
+    elsewhere.__module__ = "someone_else.pipelines"
+    error = refused(lambda: pipeline(name=name, transform=elsewhere), "name")
+    assert "defined twice" in str(error) and "someone_else.pipelines" in str(error)
+
+
+def test_redefining_from_the_same_module_replaces_it() -> None:
+    name = unique()
+    pipeline(name=name)
+    again = pipeline(name=name, sink=PostgresSink("other", key=["id"]))
+    assert registry.load([])[name] is again
+
+
+def test_get_finds_a_registered_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PIPELINES, raising=False)
+    p = pipeline()
+    assert registry.get(p.name) is p
+
+
+def test_get_of_an_unknown_name_lists_the_known_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PIPELINES, raising=False)
+    known = pipeline().name
+    error = refused(lambda: registry.get("no_such_pipeline"), "pipeline")
+    assert "'no_such_pipeline'" in str(error)
+    assert known in str(error)
+
+
+def test_load_of_a_missing_module_names_the_variable() -> None:
+    error = refused(lambda: registry.load(["eosbatch_no_such_module_here"]), PIPELINES)
+    assert "eosbatch_no_such_module_here" in str(error)
+
+
+def test_modules_are_read_from_the_variable() -> None:
+    assert registry.modules({PIPELINES: " a.b , c,, "}) == ["a.b", "c"]
+    assert registry.modules({}) == []
+
+
+# --- order_columns ------------------------------------------------------------------------------------------
+
+
+def test_order_columns_sink_order_by_wins() -> None:
+    p = pipeline(sink=PostgresSink("t", key=["id"], order_by=["updated_at", "seq"]))
+    assert order_columns(p, ["id", "partition", "offset", "updated_at", "seq"]) == ("updated_at", "seq")
+
+
+def test_order_columns_fall_back_to_the_source_position() -> None:
+    assert order_columns(pipeline(), ["id", "offset", "n", "partition"]) == ("partition", "offset")
+
+
+def test_order_columns_are_empty_without_both_position_columns() -> None:
+    p = pipeline()
+    assert order_columns(p, ["id", "partition", "n"]) == ()
+    assert order_columns(p, ["id", "offset"]) == ()
