@@ -52,7 +52,9 @@ def load(env: dict[str, str] | None = None) -> Settings:
     url = env.get(DATABASE_URL, "").strip()
     if not url:
         raise ConfigError(DATABASE_URL, "not set (run `eval \"$(eosbatch stack env)\"` or point it at PostgreSQL)")
-    scheme = url.partition("://")[0]
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        raise ConfigError(DATABASE_URL, "not a URL; expected postgresql+psycopg2://user@host:port/db")
     if not scheme.startswith("postgresql"):
         raise ConfigError(DATABASE_URL, f"must be a postgresql URL, got scheme {scheme!r}")
     bootstrap = env.get(KAFKA_BOOTSTRAP, "").strip()

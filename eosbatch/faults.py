@@ -23,5 +23,9 @@ POINTS = (
 
 def point(name: str) -> None:
     if os.environ.get(FAULT) == name:
-        print(f"eosbatch: fault injected at {name}", file=sys.stderr, flush=True)
-        os._exit(EXIT_CODE)
+        die(name)
+
+
+def die(where: str) -> None:
+    print(f"eosbatch: fault injected at {where}", file=sys.stderr, flush=True)
+    os._exit(EXIT_CODE)

@@ -24,7 +24,7 @@ RESERVED_COLUMNS = frozenset({"_eosbatch_batch", "_eosbatch_writer"})
 
 
 def _identifier(field_name: str, value: object) -> str:
-    if not isinstance(value, str) or not _IDENTIFIER.match(value):
+    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
         raise ConfigError(field_name, f"{value!r} is not a valid SQL identifier (letters, digits, _; max 63)")
     if value in RESERVED_COLUMNS:
         raise ConfigError(field_name, f"{value!r} is reserved by eosbatch")
@@ -60,10 +60,11 @@ class KafkaSource:
         if isinstance(self.topics, str) or not self.topics:
             raise ConfigError("source.topics", "must be a non-empty list of topic names")
         for i, topic in enumerate(self.topics):
-            if not isinstance(topic, str) or not _TOPIC.match(topic):
+            if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
                 raise ConfigError(f"source.topics[{i}]", f"{topic!r} is not a valid Kafka topic name")
         object.__setattr__(self, "topics", tuple(self.topics))
-        if not isinstance(self.max_records_per_batch, int) or self.max_records_per_batch <= 0:
+        if (not isinstance(self.max_records_per_batch, int) or isinstance(self.max_records_per_batch, bool)
+                or self.max_records_per_batch <= 0):
             raise ConfigError("source.max_records_per_batch", f"must be a positive int, got "
                                                               f"{self.max_records_per_batch!r}")
         if self.starting_offsets not in ("earliest", "latest"):
@@ -113,7 +114,7 @@ class KafkaOutput:
     key: str
 
     def __post_init__(self) -> None:
-        if not isinstance(self.topic, str) or not _TOPIC.match(self.topic):
+        if not isinstance(self.topic, str) or not _TOPIC.fullmatch(self.topic):
             raise ConfigError("output.topic", f"{self.topic!r} is not a valid Kafka topic name")
         _identifier("output.key", self.key)
 
@@ -132,7 +133,7 @@ class Pipeline:
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise ConfigError("name", f"{self.name!r} must be lowercase letters, digits and _ (max 48), "
                                       "starting with a letter")
         for name, value, kind in (("source", self.source, KafkaSource), ("sink", self.sink, PostgresSink)):

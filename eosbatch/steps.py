@@ -149,6 +149,8 @@ def process(pipeline_name: str, batch_id: int, log: Log = _quiet) -> None:
     if done.returncode == 0:
         log(_last_line(run.log, "batch "))
         return
+    if done.returncode == faults.EXIT_CODE:
+        faults.die("process (the Spark driver was killed by a fault)")  # the runner dies with it
     reason = _last_line(run.log, "eosbatch: ") or f"spark-submit exited {done.returncode}"
     error = TerminalError if done.returncode == 2 else TransientError
     raise error(f"process: {reason} (log: {run.log})")

@@ -131,6 +131,11 @@ def split(ranges: Iterable[OffsetRange], max_records: int) -> list[list[OffsetRa
     current: list[OffsetRange] = []
     room = max_records
     for r in sorted(ranges):
+        if any(c.tp == r.tp for c in current):
+            # One range per partition per batch: the ledger keys ranges by partition, and the connector
+            # reads one contiguous range per partition.
+            batches.append(current)
+            current, room = [], max_records
         start = r.start
         while start < r.end:
             take = min(room, r.end - start)

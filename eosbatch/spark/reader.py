@@ -23,6 +23,8 @@ def offsets_json(ranges: list[OffsetRange]) -> tuple[str, str, str]:
     starts: dict[str, dict[str, int]] = defaultdict(dict)
     ends: dict[str, dict[str, int]] = defaultdict(dict)
     for r in ranges:
+        if r.partition in assign[r.topic]:
+            raise ValueError(f"{r.tp}: more than one range of a partition in one batch")
         assign[r.topic].append(r.partition)
         starts[r.topic][str(r.partition)] = r.start
         ends[r.topic][str(r.partition)] = r.end

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from decimal import Decimal
 from typing import NamedTuple
 
 from confluent_kafka import Producer
@@ -93,13 +94,13 @@ def generate(settings: Settings, topic: str = "orders", records: int = 10_000, p
     return Produced(committed, malformed, aborted)
 
 
-def expected_totals(orders: list[dict]) -> dict[str, tuple[float, int]]:
+def expected_totals(orders: list[dict]) -> dict[str, tuple[Decimal, int]]:
     totals: dict[str, list] = {}
     for order in orders:
-        entry = totals.setdefault(order["customer_id"], [0.0, 0])
-        entry[0] += order["amount"]
+        entry = totals.setdefault(order["customer_id"], [Decimal(0), 0])
+        entry[0] += Decimal(str(order["amount"])).quantize(Decimal("0.01"))
         entry[1] += 1
-    return {k: (round(v[0], 2), v[1]) for k, v in totals.items()}
+    return {k: (v[0], v[1]) for k, v in totals.items()}
 
 
 def expected_latest(orders: list[dict]) -> dict[str, dict]:
@@ -107,3 +108,21 @@ def expected_latest(orders: list[dict]) -> dict[str, dict]:
     for order in sorted(orders, key=lambda o: (o["partition"], o["offset"])):
         latest[order["order_id"]] = order  # keys land on one partition, so offset order is the input order
     return latest
+
+
+def valid_orders(records: list) -> tuple[list[dict], int]:
+    """The pipeline's parsing rules, in plain Python: (valid orders with their position, malformed count)."""
+    orders, malformed = [], 0
+    for record in records:
+        try:
+            order = json.loads(record.value)
+            ok = (isinstance(order, dict) and isinstance(order.get("order_id"), str)
+                  and isinstance(order.get("customer_id"), str)
+                  and isinstance(order.get("amount"), (int, float)) and not isinstance(order.get("amount"), bool))
+        except (TypeError, ValueError):
+            ok = False
+        if ok:
+            orders.append({**order, "partition": record.partition, "offset": record.offset})
+        else:
+            malformed += 1
+    return orders, malformed

@@ -69,8 +69,6 @@ def test_non_postgresql_scheme(url: str) -> None:
     assert "postgresql" in str(error)
 
 
-@pytest.mark.xfail(strict=True, reason="config.load reports a URL without '://' as its 'scheme', so the "
-                   "whole URL, password included, lands in the ConfigError message")
 def test_a_url_without_scheme_does_not_leak_its_password() -> None:
     error = failure(env(**{DATABASE_URL: f"eos:{SECRET}@127.0.0.1:5432/eosbatch"}))
     assert error.field == DATABASE_URL

@@ -137,8 +137,6 @@ def test_pipeline_parts_must_have_the_right_types() -> None:
     refused(lambda: pipeline(transform="select *"), "transform")
 
 
-@pytest.mark.xfail(strict=True, reason="pipeline.py validates with re.match and a `$` anchor, which also "
-                   "matches before a trailing newline, so 'x\\n' passes as a name, SQL identifier and topic")
 def test_a_trailing_newline_is_not_a_valid_name_identifier_or_topic() -> None:
     refused(lambda: pipeline(name=unique() + "\n"), "name")
     refused(lambda: PostgresSink("totals\n", key=["id"]), "sink.table")

@@ -79,8 +79,6 @@ def test_offsets_json_of_nothing() -> None:
     assert offsets_json([]) == ("{}", "{}", "{}")
 
 
-@pytest.mark.xfail(strict=True, reason="offsets_json silently keeps only the last of two ranges of one "
-                   "partition (assign lists it twice, starts/ends overwritten), so [0,40) is never read")
 def test_offsets_json_refuses_two_ranges_of_one_partition() -> None:
     with pytest.raises((ValueError, EosbatchError)):
         offsets_json([OffsetRange("orders", 0, 0, 40), OffsetRange("orders", 0, 60, 100)])

@@ -1,0 +1,312 @@
+"""Per-step throughput of one eosbatch batch, side by side with this machine's own ceilings.
+
+    python -m bench.run [--records N] [--partitions 4] [--rss-check]
+
+Generates N JSON orders of ~200 B into a fresh topic (committed Kafka transactions, none aborted, none
+malformed, so every step sees all N records; 1 in 10 orders repeats an earlier order id), runs them as ONE
+batch through plan -> process -> commit -> publish, timing each step, then measures on the same stack a
+PostgreSQL COPY of N similar rows and a plain (non-transactional) produce of N records of the same size.
+With --rss-check the publish step runs in a spawned child whose peak RSS (VmHWM) is reported for 100k and
+1M records: a streamed outbox keeps it flat.
+
+Uses EOSBATCH_DATABASE_URL / EOSBATCH_KAFKA_BOOTSTRAP when both are set, else brings up the embedded stack
+(EOSBATCH_HOME, EOSBATCH_KAFKA_PORT and EOSBATCH_POSTGRES_PORT choose which one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import multiprocessing
+import os
+import random
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+import psycopg2
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from psycopg2 import sql
+
+from bench import PIPELINES_ENV
+from eosbatch import config, registry, stack, steps
+from eosbatch.config import Settings
+from eosbatch.ledger import migrate
+from examples.orders.generate import ensure_topics, generate
+
+RECORD_BYTES = 200
+TRANSACTION_SIZE = 10_000  # input records per Kafka transaction
+STATUSES = ("new", "paid", "shipped")
+
+
+class Run(NamedTuple):
+    name: str  # pipeline, sink table and topic prefix
+    records: int
+
+    @property
+    def topic(self) -> str:
+        return f"{self.name}_in"
+
+    @property
+    def output(self) -> str:
+        return f"{self.name}_out"
+
+
+class Timing(NamedTuple):
+    step: str
+    records: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds if self.seconds else math.inf
+
+
+class Published(NamedTuple):
+    records: int
+    seconds: float
+    baseline_mib: float | None  # VmRSS of the publish child before publishing
+    peak_mib: float | None      # its VmHWM after publishing
+
+
+# ---------------------------------------------------------------- setup
+
+def _settings() -> Settings:
+    if not (os.environ.get(config.DATABASE_URL) and os.environ.get(config.KAFKA_BOOTSTRAP)):
+        os.environ.update(stack.up().env())
+    settings = config.load()
+    migrate.upgrade(settings.database_url)
+    return settings
+
+
+def _padding() -> int:
+    """The `note` length that brings a typical generated order to RECORD_BYTES."""
+    sample = {"order_id": "o-500000", "customer_id": "c-100", "amount": 250.5, "status": "paid", "note": ""}
+    return max(0, RECORD_BYTES - len(json.dumps(sample)))
+
+
+def _define(runs: list[Run], partitions: int) -> None:
+    """Describe the runs' pipelines to bench.pipelines, here and in every process that inherits the environment
+    (the spark-submit driver and executors, the publish child)."""
+    specs = [{"name": r.name, "topic": r.topic, "output": r.output,
+              # Each input transaction leaves a commit marker offset in every partition: a batch of exactly N
+              # offsets would leave the last records to a second batch.
+              "max_records": r.records + math.ceil(r.records / TRANSACTION_SIZE) * partitions} for r in runs]
+    os.environ[PIPELINES_ENV] = json.dumps(specs)
+    modules = registry.modules()
+    os.environ[config.PIPELINES] = ",".join(modules if "bench.pipelines" in modules else [*modules, "bench.pipelines"])
+
+
+# ---------------------------------------------------------------- the pipeline, step by step
+
+def _timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    started = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - started
+
+
+def _vm_mib(field: str) -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise KeyError(field)
+
+
+def _publish_child(pipeline: str, batch_id: int, reply: Any) -> None:
+    registry.load()  # imports done before the baseline: the peak should show what publishing costs
+    baseline = _vm_mib("VmRSS")
+    batch, seconds = _timed(steps.publish, pipeline, batch_id)
+    reply.send(Published(batch.published_records or 0, seconds, baseline, _vm_mib("VmHWM")))
+
+
+def _publish(pipeline: str, batch_id: int, in_child: bool) -> Published:
+    if not in_child:
+        batch, seconds = _timed(steps.publish, pipeline, batch_id)
+        return Published(batch.published_records or 0, seconds, None, None)
+    # spawn, not fork: a forked child would start with this process's pages (the generator's records) as its RSS.
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_publish_child, args=(pipeline, batch_id, send))
+    child.start()
+    send.close()
+    try:
+        result = receive.recv()
+    except EOFError:
+        result = None
+    child.join()
+    if result is None or child.exitcode != 0:
+        raise RuntimeError(f"publish child for batch {batch_id} exited {child.exitcode}")
+    return result
+
+
+def _run_pipeline(settings: Settings, run: Run, partitions: int, padding: int, publish_in_child: bool
+                  ) -> tuple[Timing, list[Timing], Published]:
+    produced, seconds = _timed(generate, settings, topic=run.topic, records=run.records, partitions=partitions,
+                               transaction_size=TRANSACTION_SIZE, abort_every=0, malformed_every=0,
+                               value_padding=padding)
+    generated = Timing("generate input (transactional)", len(produced.committed), seconds)
+    del produced
+    ensure_topics(settings, {run.output: partitions})
+    batch, plan_s = _timed(steps.plan, run.name)
+    if batch is None:
+        raise RuntimeError(f"{run.name}: nothing to plan in {run.topic}")
+    _, process_s = _timed(steps.process, run.name, batch.id)
+    committed, commit_s = _timed(steps.commit, run.name, batch.id)
+    if committed.records_read != run.records:
+        raise RuntimeError(f"{run.name}: expected one batch of {run.records} records, batch {batch.id} read "
+                           f"{committed.records_read}")
+    published = _publish(run.name, batch.id, publish_in_child)
+    staged = committed.records_read - (committed.dead_letters or 0)
+    return generated, [Timing("plan", run.records, plan_s),
+                       Timing("process (spark-submit)", committed.records_read, process_s),
+                       Timing(f"commit ({committed.sink_rows:,} sink rows)", staged, commit_s),
+                       Timing("publish + finalize", published.records, published.seconds)], published
+
+
+# ---------------------------------------------------------------- this machine's ceilings
+
+def _orders(n: int, partitions: int, padding: int) -> Iterable[dict[str, Any]]:
+    rng = random.Random(11)
+    for i in range(n):
+        yield {"order_id": f"o-{i + 1}", "customer_id": f"c-{rng.randrange(200)}",
+               "amount": round(rng.uniform(1, 500), 2), "status": rng.choice(STATUSES), "note": "x" * padding,
+               "partition": i % partitions, "offset": i // partitions}
+
+
+def copy_ceilings(settings: Settings, n: int, partitions: int, padding: int, prefix: str) -> list[Timing]:
+    """COPY of N staging-like rows, as the executors write them, into an UNLOGGED table shaped like staging,
+    then into a logged table with a primary key shaped like the sink."""
+    rows = io.StringIO()
+    for o in _orders(n, partitions, padding):
+        rows.write(f"1\tbench:0:0\t{o['order_id']}\t{o['customer_id']}\t{o['amount']}\t{o['status']}\t{o['note']}"
+                   f"\t{o['partition']}\t{o['offset']}\n")
+    columns = ("order_id text, customer_id text, amount double precision, status text, note text, "
+               '"partition" integer, "offset" bigint')
+    tables = [("COPY into UNLOGGED table (staging shape)", f"{prefix}_copy_unlogged",
+               "CREATE UNLOGGED TABLE {t} (b bigint NOT NULL, w text NOT NULL, %s); CREATE INDEX ON {t} (b, w)"),
+              ("COPY into logged table with PK (sink shape)", f"{prefix}_copy_logged",
+               "CREATE TABLE {t} (b bigint NOT NULL, w text NOT NULL, %s, PRIMARY KEY (order_id))")]
+    timings = []
+    connection = psycopg2.connect(settings.psycopg_dsn)
+    try:
+        for label, name, ddl in tables:
+            table = sql.Identifier(name)
+            with connection, connection.cursor() as cur:
+                cur.execute(sql.SQL(ddl % columns).format(t=table))
+            rows.seek(0)
+            started = time.perf_counter()
+            with connection, connection.cursor() as cur:
+                cur.copy_expert(sql.SQL("COPY {} FROM STDIN").format(table).as_string(cur), rows)
+            timings.append(Timing(label, n, time.perf_counter() - started))
+            with connection, connection.cursor() as cur:
+                cur.execute(sql.SQL("DROP TABLE {}").format(table))
+    finally:
+        connection.close()
+    return timings
+
+
+def produce_ceiling(settings: Settings, n: int, partitions: int, padding: int, topic: str) -> Timing:
+    """A plain produce of N records like the publisher's (same size, keys, headers and producer settings, but no
+    transaction and no idempotence), from memory."""
+    records = [(o["order_id"].encode(), json.dumps(o, separators=(",", ":")).encode())
+               for o in _orders(n, partitions, padding)]
+    headers = [(steps.HEADER_PIPELINE, b"bench"), (steps.HEADER_BATCH, b"1")]
+    ensure_topics(settings, {topic: partitions})
+    producer = Producer(settings.kafka(**{"acks": "all", "partitioner": "murmur2_random", "linger.ms": 20,
+                                          "compression.type": "lz4", "queue.buffering.max.messages": 200_000}))
+    started = time.perf_counter()
+    for count, (key, value) in enumerate(records, 1):
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if count % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(60):
+        raise RuntimeError("produce ceiling: records left undelivered after 60 s")
+    return Timing("produce, not transactional", n, time.perf_counter() - started)
+
+
+# ---------------------------------------------------------------- report
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
+
+
+def _row(t: Timing, ceiling: Timing | None = None) -> list[str]:
+    against = [f"{ceiling.rate:,.0f}", f"{t.rate / ceiling.rate:.2f}"] if ceiling else ["", ""]
+    return [t.step, f"{t.records:,}", f"{t.seconds:.2f}", f"{t.rate:,.0f}", *against]
+
+
+def _cleanup(settings: Settings, topics: list[str], tables: list[str]) -> None:
+    AdminClient(settings.kafka()).delete_topics(topics, operation_timeout=30)
+    connection = psycopg2.connect(settings.psycopg_dsn)
+    try:
+        with connection, connection.cursor() as cur:
+            for table in tables:
+                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+    finally:
+        connection.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--rss-check", action="store_true",
+                        help="publish in a child process and report its peak RSS at each of --rss-sizes")
+    parser.add_argument("--rss-sizes", default="100000,1000000", help="comma-separated (default %(default)s)")
+    parser.add_argument("--keep", action="store_true", help="keep the runs' topics and sink tables")
+    args = parser.parse_args(argv)
+
+    settings = _settings()
+    prefix = time.strftime("bench_%Y%m%d_%H%M%S")
+    sizes = [args.records]
+    if args.rss_check:
+        sizes += [n for n in map(int, args.rss_sizes.split(",")) if n != args.records]
+    runs = [Run(f"{prefix}_{i}", n) for i, n in enumerate(sizes)]
+    _define(runs, args.partitions)
+    padding = _padding()
+    print(f"{args.records:,} records of ~{RECORD_BYTES} B over {args.partitions} partitions "
+          f"(no aborted transactions, no malformed records), one batch")
+
+    generated, timings, published = _run_pipeline(settings, runs[0], args.partitions, padding, args.rss_check)
+    print("pipeline done; measuring ceilings", flush=True)
+    copies = copy_ceilings(settings, args.records, args.partitions, padding, prefix)
+    produce = produce_ceiling(settings, args.records, args.partitions, padding, f"{prefix}_ceiling")
+    footprints = {args.records: published}
+    for run in runs[1:]:
+        print(f"rss check: running {run.records:,} records", flush=True)
+        footprints[run.records] = _run_pipeline(settings, run, args.partitions, padding, True)[2]
+
+    plan, process, commit, publish = timings
+    total = Timing("total (plan..publish)", args.records, sum(t.seconds for t in timings))
+    header = ["step", "records", "seconds", "records/s", "ceiling/s", "ratio"]
+    rows = [_row(generated), _row(plan), _row(process, copies[0]), _row(commit, copies[1]),
+            _row(publish, produce), _row(total), ["ceilings:", "", "", "", "", ""], *map(_row, copies),
+            _row(produce)]
+    print("\n" + _table(header, rows))
+    print("ratio = step records/s / ceiling records/s: process vs COPY into UNLOGGED, commit vs COPY into the\n"
+          "logged table with PK, publish vs the plain produce.")
+    if args.rss_check:
+        print("\n" + _table(["publish child", "published", "seconds", "baseline RSS MiB", "peak RSS MiB (VmHWM)"],
+                            [[f"{n:,} records", f"{p.records:,}", f"{p.seconds:.2f}", f"{p.baseline_mib:.0f}",
+                              f"{p.peak_mib:.0f}"] for n, p in sorted(footprints.items())]))
+    if not args.keep:
+        _cleanup(settings, [t for r in runs for t in (r.topic, r.output)] + [f"{prefix}_ceiling"],
+                 [r.name for r in runs])
+
+
+if __name__ == "__main__":
+    main()
