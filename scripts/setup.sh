@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what eosbatch needs on a fresh Debian machine: a JDK and Maven (apt, when missing), and the
+# Python packages into .venv. PostgreSQL (apt) and the Kafka/Spark jars (Maven) come with `eosbatch stack up`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+missing=()
+command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null || missing+=(maven)
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]} with apt-get"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+python=$(command -v python3.11 || command -v python3)
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[dev${EOSBATCH_EXTRAS:+,$EOSBATCH_EXTRAS}]"
+echo "setup: ready ($(.venv/bin/python --version), $(java -version 2>&1 | head -1))"

@@ -1,0 +1,95 @@
+"""The foundation on the real stack: Kafka transactions as read_committed sees them, the LSO, the ledger."""
+
+from __future__ import annotations
+
+import psycopg2
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from eosbatch.kafka.offsets import bounds
+from eosbatch.ledger import migrate, store
+from eosbatch.protocol.ranges import TopicPartition
+from eosbatch.verify import read_topic
+
+pytestmark = pytest.mark.integration
+
+
+def _topic(settings, name: str, partitions: int = 1) -> str:
+    admin = AdminClient(settings.kafka())  # kept alive until the future resolves
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result()
+    return name
+
+
+def _producer(settings, tid: str) -> Producer:
+    producer = Producer(settings.kafka(**{"transactional.id": tid}))
+    producer.init_transactions(30)
+    return producer
+
+
+def test_read_committed_sees_committed_records_and_never_aborted_ones(settings, unique):
+    topic = _topic(settings, f"t_txn_{unique}")
+    producer = _producer(settings, f"test-{unique}")
+    for value, commit in ((b"kept-1", True), (b"dropped", False), (b"kept-2", True)):
+        producer.begin_transaction()
+        producer.produce(topic, value=value)
+        producer.flush(30)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    committed = [r.value for r in read_topic(settings, topic)]
+    everything = [r.value for r in read_topic(settings, topic, "read_uncommitted")]
+    assert committed == [b"kept-1", b"kept-2"]
+    assert everything == [b"kept-1", b"dropped", b"kept-2"]
+    # Offsets have gaps where the markers and the aborted record sit.
+    offsets = [r.offset for r in read_topic(settings, topic)]
+    assert offsets[-1] - offsets[0] > 1
+
+
+def test_last_stable_offset_stops_before_an_open_transaction(settings, unique):
+    topic = _topic(settings, f"t_lso_{unique}")
+    producer = _producer(settings, f"test-lso-{unique}")
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(topic, value=b"committed-%d" % i)
+    producer.flush(30)
+    producer.commit_transaction(30)
+    tp = TopicPartition(topic, 0)
+    stable_before = bounds(settings, [topic])[tp].stable
+    assert stable_before == 4  # three records and the commit marker
+    producer.begin_transaction()
+    producer.produce(topic, value=b"open")
+    producer.flush(30)
+    open_bounds = bounds(settings, [topic])[tp]
+    assert open_bounds.stable == stable_before, "the LSO must not move past an open transaction"
+    producer.commit_transaction(30)
+    assert bounds(settings, [topic])[tp].stable == stable_before + 2
+
+
+def test_migrations_downgrade_and_upgrade(settings):
+    url = settings.database_url
+    try:
+        migrate.downgrade(url, "base")
+        assert migrate.current(url) is None
+        with store.transaction(settings) as cur:
+            cur.execute("SELECT to_regclass('eosbatch.batches')")
+            assert cur.fetchone()[0] is None
+    finally:
+        migrate.upgrade(url, "head")
+    assert migrate.current(url) == "0001"
+    with store.transaction(settings) as cur:
+        cur.execute("SELECT to_regclass('eosbatch.committed_ranges')")
+        assert cur.fetchone()[0] is not None
+
+
+def test_exclusion_constraint_refuses_overlapping_committed_ranges(settings, unique):
+    pipeline = f"p_{unique}"
+    with store.transaction(settings) as cur:
+        store.lock_pipeline(cur, pipeline)
+        batch = store.create_batch(cur, pipeline, "regular", 0, [], "g")
+        insert = ("INSERT INTO eosbatch.committed_ranges (pipeline, topic, partition, offsets, batch_id) "
+                  "VALUES (%s, 't', 0, int8range(%s, %s), %s)")
+        cur.execute(insert, (pipeline, 0, 100, batch.id))
+        cur.execute(insert, (pipeline, 100, 200, batch.id))  # adjacent is fine: ranges are half-open
+        cur.execute("INSERT INTO eosbatch.committed_ranges (pipeline, topic, partition, offsets, batch_id) "
+                    "VALUES (%s, 't', 1, int8range(50, 150), %s)", (pipeline, batch.id))  # other partition
+    with pytest.raises(psycopg2.errors.ExclusionViolation), store.transaction(settings) as cur:
+        cur.execute(insert, (pipeline, 150, 250, batch.id))
