@@ -17,8 +17,8 @@ from eosbatch import KafkaOutput, KafkaSource, Pipeline, PostgresSink
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-ORDER_SCHEMA = ("order_id STRING NOT NULL, customer_id STRING NOT NULL, amount DOUBLE NOT NULL, status STRING, "
-                "note STRING")
+ORDER_SCHEMA = ("order_id STRING NOT NULL, customer_id STRING NOT NULL, amount DOUBLE NOT NULL, "
+                "status STRING, note STRING")
 
 
 def latest(orders: DataFrame) -> DataFrame:
