@@ -23,7 +23,7 @@ import multiprocessing
 import os
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import psycopg2
@@ -39,11 +39,11 @@ from examples.orders.generate import ensure_topics, generate
 
 RECORD_BYTES = 200
 TRANSACTION_SIZE = 10_000  # input records per Kafka transaction
-STATUSES = ("new", "paid", "shipped")
+MODULE = "bench.pipelines"
 
 
 class Run(NamedTuple):
-    name: str  # pipeline, sink table and topic prefix
+    name: str  # the pipeline's and its sink table's name, and its topics' prefix
     records: int
 
     @property
@@ -68,8 +68,8 @@ class Timing(NamedTuple):
 class Published(NamedTuple):
     records: int
     seconds: float
-    baseline_mib: float | None  # VmRSS of the publish child before publishing
-    peak_mib: float | None      # its VmHWM after publishing
+    baseline_mib: float = math.nan  # the publish child's VmRSS before publishing
+    peak_mib: float = math.nan      # its VmHWM after publishing
 
 
 # ---------------------------------------------------------------- setup
@@ -89,15 +89,15 @@ def _padding() -> int:
 
 
 def _define(runs: list[Run], partitions: int) -> None:
-    """Describe the runs' pipelines to bench.pipelines, here and in every process that inherits the environment
-    (the spark-submit driver and executors, the publish child)."""
+    """Describe the runs' pipelines to bench.pipelines, here and in every process that inherits the
+    environment (the spark-submit driver and its executors, the publish child)."""
+    # Each input transaction leaves a commit marker offset in every partition: a batch of exactly N offsets
+    # would leave the last records to a second batch.
     specs = [{"name": r.name, "topic": r.topic, "output": r.output,
-              # Each input transaction leaves a commit marker offset in every partition: a batch of exactly N
-              # offsets would leave the last records to a second batch.
               "max_records": r.records + math.ceil(r.records / TRANSACTION_SIZE) * partitions} for r in runs]
     os.environ[PIPELINES_ENV] = json.dumps(specs)
     modules = registry.modules()
-    os.environ[config.PIPELINES] = ",".join(modules if "bench.pipelines" in modules else [*modules, "bench.pipelines"])
+    os.environ[config.PIPELINES] = ",".join(modules if MODULE in modules else [*modules, MODULE])
 
 
 # ---------------------------------------------------------------- the pipeline, step by step
@@ -117,7 +117,7 @@ def _vm_mib(field: str) -> float:
 
 
 def _publish_child(pipeline: str, batch_id: int, reply: Any) -> None:
-    registry.load()  # imports done before the baseline: the peak should show what publishing costs
+    registry.load()  # imports happen before the baseline: the peak should show what publishing costs
     baseline = _vm_mib("VmRSS")
     batch, seconds = _timed(steps.publish, pipeline, batch_id)
     reply.send(Published(batch.published_records or 0, seconds, baseline, _vm_mib("VmHWM")))
@@ -126,28 +126,28 @@ def _publish_child(pipeline: str, batch_id: int, reply: Any) -> None:
 def _publish(pipeline: str, batch_id: int, in_child: bool) -> Published:
     if not in_child:
         batch, seconds = _timed(steps.publish, pipeline, batch_id)
-        return Published(batch.published_records or 0, seconds, None, None)
-    # spawn, not fork: a forked child would start with this process's pages (the generator's records) as its RSS.
+        return Published(batch.published_records or 0, seconds)
+    # spawn, not fork: a forked child's RSS would start with this process's pages (the generator's records).
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
     child = context.Process(target=_publish_child, args=(pipeline, batch_id, send))
     child.start()
     send.close()
     try:
-        result = receive.recv()
+        result: Published = receive.recv()
     except EOFError:
-        result = None
+        child.join()
+        raise RuntimeError(f"publish child for batch {batch_id} died (exit code {child.exitcode})") from None
     child.join()
-    if result is None or child.exitcode != 0:
-        raise RuntimeError(f"publish child for batch {batch_id} exited {child.exitcode}")
     return result
 
 
-def _run_pipeline(settings: Settings, run: Run, partitions: int, padding: int, publish_in_child: bool
-                  ) -> tuple[Timing, list[Timing], Published]:
-    produced, seconds = _timed(generate, settings, topic=run.topic, records=run.records, partitions=partitions,
-                               transaction_size=TRANSACTION_SIZE, abort_every=0, malformed_every=0,
-                               value_padding=padding)
+def run_pipeline(settings: Settings, run: Run, partitions: int, padding: int, publish_in_child: bool
+                 ) -> tuple[Timing, list[Timing], Published]:
+    """Generate the run's input, then plan, process, commit and publish it as one batch, timing each step."""
+    produced, seconds = _timed(generate, settings, topic=run.topic, records=run.records,
+                               partitions=partitions, transaction_size=TRANSACTION_SIZE, abort_every=0,
+                               malformed_every=0, value_padding=padding)
     generated = Timing("generate input (transactional)", len(produced.committed), seconds)
     del produced
     ensure_topics(settings, {run.output: partitions})
@@ -157,8 +157,8 @@ def _run_pipeline(settings: Settings, run: Run, partitions: int, padding: int, p
     _, process_s = _timed(steps.process, run.name, batch.id)
     committed, commit_s = _timed(steps.commit, run.name, batch.id)
     if committed.records_read != run.records:
-        raise RuntimeError(f"{run.name}: expected one batch of {run.records} records, batch {batch.id} read "
-                           f"{committed.records_read}")
+        raise RuntimeError(f"{run.name}: batch {batch.id} read {committed.records_read} records, "
+                           f"expected all {run.records} in one batch")
     published = _publish(run.name, batch.id, publish_in_child)
     staged = committed.records_read - (committed.dead_letters or 0)
     return generated, [Timing("plan", run.records, plan_s),
@@ -169,22 +169,22 @@ def _run_pipeline(settings: Settings, run: Run, partitions: int, padding: int, p
 
 # ---------------------------------------------------------------- this machine's ceilings
 
-def _orders(n: int, partitions: int, padding: int) -> Iterable[dict[str, Any]]:
+def _orders(n: int, partitions: int, padding: int) -> Iterator[dict[str, Any]]:
+    """Rows shaped like the bench pipeline's results (its sink columns, in order)."""
     rng = random.Random(11)
     for i in range(n):
         yield {"order_id": f"o-{i + 1}", "customer_id": f"c-{rng.randrange(200)}",
-               "amount": round(rng.uniform(1, 500), 2), "status": rng.choice(STATUSES), "note": "x" * padding,
-               "partition": i % partitions, "offset": i // partitions}
+               "amount": round(rng.uniform(1, 500), 2), "status": rng.choice(("new", "paid", "shipped")),
+               "note": "x" * padding, "partition": i % partitions, "offset": i // partitions}
 
 
 def copy_ceilings(settings: Settings, n: int, partitions: int, padding: int, prefix: str) -> list[Timing]:
-    """COPY of N staging-like rows, as the executors write them, into an UNLOGGED table shaped like staging,
+    """COPY of N rows in the executors' format, into an UNLOGGED table shaped like staging (with its index),
     then into a logged table with a primary key shaped like the sink."""
     rows = io.StringIO()
-    for o in _orders(n, partitions, padding):
-        rows.write(f"1\tbench:0:0\t{o['order_id']}\t{o['customer_id']}\t{o['amount']}\t{o['status']}\t{o['note']}"
-                   f"\t{o['partition']}\t{o['offset']}\n")
-    columns = ("order_id text, customer_id text, amount double precision, status text, note text, "
+    for order in _orders(n, partitions, padding):
+        rows.write("1\tbench:0:0\t" + "\t".join(map(str, order.values())) + "\n")
+    columns = ('order_id text, customer_id text, amount double precision, status text, note text, '
                '"partition" integer, "offset" bigint')
     tables = [("COPY into UNLOGGED table (staging shape)", f"{prefix}_copy_unlogged",
                "CREATE UNLOGGED TABLE {t} (b bigint NOT NULL, w text NOT NULL, %s); CREATE INDEX ON {t} (b, w)"),
@@ -210,11 +210,11 @@ def copy_ceilings(settings: Settings, n: int, partitions: int, padding: int, pre
 
 
 def produce_ceiling(settings: Settings, n: int, partitions: int, padding: int, topic: str) -> Timing:
-    """A plain produce of N records like the publisher's (same size, keys, headers and producer settings, but no
-    transaction and no idempotence), from memory."""
+    """A plain produce of N records like the publisher's (size, keys, headers, producer settings), but with no
+    transaction and no idempotence, from memory."""
     records = [(o["order_id"].encode(), json.dumps(o, separators=(",", ":")).encode())
                for o in _orders(n, partitions, padding)]
-    headers = [(steps.HEADER_PIPELINE, b"bench"), (steps.HEADER_BATCH, b"1")]
+    headers: Any = [(steps.HEADER_PIPELINE, b"bench"), (steps.HEADER_BATCH, b"1")]
     ensure_topics(settings, {topic: partitions})
     producer = Producer(settings.kafka(**{"acks": "all", "partitioner": "murmur2_random", "linger.ms": 20,
                                           "compression.type": "lz4", "queue.buffering.max.messages": 200_000}))
@@ -239,7 +239,8 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
 
     return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
 
@@ -247,6 +248,24 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def _row(t: Timing, ceiling: Timing | None = None) -> list[str]:
     against = [f"{ceiling.rate:,.0f}", f"{t.rate / ceiling.rate:.2f}"] if ceiling else ["", ""]
     return [t.step, f"{t.records:,}", f"{t.seconds:.2f}", f"{t.rate:,.0f}", *against]
+
+
+def report(generated: Timing, timings: list[Timing], copies: list[Timing], produce: Timing,
+           footprints: dict[int, Published]) -> str:
+    plan, process, commit, publish = timings
+    total = Timing("total (plan..publish)", plan.records, sum(t.seconds for t in timings))
+    blank = [""] * 5
+    rows = [_row(generated), _row(plan), _row(process, copies[0]), _row(commit, copies[1]),
+            _row(publish, produce), _row(total), ["ceilings, same stack:", *blank], *map(_row, copies),
+            _row(produce)]
+    text = [_table(["step", "records", "seconds", "records/s", "ceiling/s", "ratio"], rows),
+            "ratio = step records/s / ceiling records/s; process is held against COPY into UNLOGGED,",
+            "commit against COPY into the logged table with PK, publish against the plain produce."]
+    if footprints:
+        text += ["", _table(["publish child", "published", "seconds", "baseline RSS MiB", "peak RSS MiB (VmHWM)"],
+                            [[f"{n:,} records", f"{p.records:,}", f"{p.seconds:.2f}", f"{p.baseline_mib:.0f}",
+                              f"{p.peak_mib:.0f}"] for n, p in sorted(footprints.items())])]
+    return "\n".join(text)
 
 
 def _cleanup(settings: Settings, topics: list[str], tables: list[str]) -> None:
@@ -278,31 +297,17 @@ def main(argv: list[str] | None = None) -> None:
     runs = [Run(f"{prefix}_{i}", n) for i, n in enumerate(sizes)]
     _define(runs, args.partitions)
     padding = _padding()
-    print(f"{args.records:,} records of ~{RECORD_BYTES} B over {args.partitions} partitions "
-          f"(no aborted transactions, no malformed records), one batch")
+    print(f"{args.records:,} records of ~{RECORD_BYTES} B over {args.partitions} partitions in one batch "
+          f"(input in transactions of {TRANSACTION_SIZE:,}, none aborted, none malformed)", flush=True)
 
-    generated, timings, published = _run_pipeline(settings, runs[0], args.partitions, padding, args.rss_check)
-    print("pipeline done; measuring ceilings", flush=True)
+    generated, timings, published = run_pipeline(settings, runs[0], args.partitions, padding, args.rss_check)
     copies = copy_ceilings(settings, args.records, args.partitions, padding, prefix)
     produce = produce_ceiling(settings, args.records, args.partitions, padding, f"{prefix}_ceiling")
-    footprints = {args.records: published}
+    footprints = {args.records: published} if args.rss_check else {}
     for run in runs[1:]:
-        print(f"rss check: running {run.records:,} records", flush=True)
-        footprints[run.records] = _run_pipeline(settings, run, args.partitions, padding, True)[2]
-
-    plan, process, commit, publish = timings
-    total = Timing("total (plan..publish)", args.records, sum(t.seconds for t in timings))
-    header = ["step", "records", "seconds", "records/s", "ceiling/s", "ratio"]
-    rows = [_row(generated), _row(plan), _row(process, copies[0]), _row(commit, copies[1]),
-            _row(publish, produce), _row(total), ["ceilings:", "", "", "", "", ""], *map(_row, copies),
-            _row(produce)]
-    print("\n" + _table(header, rows))
-    print("ratio = step records/s / ceiling records/s: process vs COPY into UNLOGGED, commit vs COPY into the\n"
-          "logged table with PK, publish vs the plain produce.")
-    if args.rss_check:
-        print("\n" + _table(["publish child", "published", "seconds", "baseline RSS MiB", "peak RSS MiB (VmHWM)"],
-                            [[f"{n:,} records", f"{p.records:,}", f"{p.seconds:.2f}", f"{p.baseline_mib:.0f}",
-                              f"{p.peak_mib:.0f}"] for n, p in sorted(footprints.items())]))
+        print(f"rss check: a second run of {run.records:,} records", flush=True)
+        footprints[run.records] = run_pipeline(settings, run, args.partitions, padding, True)[2]
+    print("\n" + report(generated, timings, copies, produce, footprints))
     if not args.keep:
         _cleanup(settings, [t for r in runs for t in (r.topic, r.output)] + [f"{prefix}_ceiling"],
                  [r.name for r in runs])

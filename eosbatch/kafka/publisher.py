@@ -137,8 +137,11 @@ class TransactionalPublisher:
                 self.abort()
             except Exception:  # noqa: BLE001 - closing after a failure; the broker times the txn out anyway
                 pass
-        if self._producer is not None:
-            self._producer.flush(5)
+        if self._producer is not None and self.state is not TxnState.FAILED:
+            try:
+                self._producer.flush(5)
+            except KafkaException:
+                pass  # a fenced or fatal producer has nothing left to deliver
         self._producer = None
 
     def __enter__(self) -> TransactionalPublisher:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import hashlib
 import re
 import os
 import shutil
@@ -47,9 +48,28 @@ def _traversable_by(user: str, path: Path) -> bool:
     return probe.returncode == 0
 
 
+def _cluster_home(home: Path) -> Path:
+    """`home/postgres`, unless the `postgres` user (which runs the server when we are root) cannot reach
+    it, as inside a private temp folder: then a folder of its own under /var/lib/eosbatch, one per home."""
+    wanted = home / "postgres"
+    if os.geteuid() != 0:
+        return wanted
+    existing = wanted
+    while not existing.exists():
+        existing = existing.parent
+    if _traversable_by("postgres", existing):
+        return wanted
+    digest = hashlib.sha1(str(home).encode()).hexdigest()[:12]
+    fallback = Path("/var/lib/eosbatch") / digest / "postgres"
+    fallback.parent.mkdir(parents=True, exist_ok=True)
+    fallback.parent.parent.chmod(0o755)
+    fallback.parent.chmod(0o755)
+    return fallback
+
+
 class PostgresCluster:
     def __init__(self, home: Path, port: int) -> None:
-        self.home = home / "postgres"
+        self.home = _cluster_home(home)
         self.port = port
         self.log = self.home / "postgres.log"
         self.data = self.home / "data"
@@ -78,9 +98,6 @@ class PostgresCluster:
             return
         if os.geteuid() == 0:
             shutil.chown(self.home, "postgres")
-            if not _traversable_by("postgres", self.home):
-                raise StackError(f"postgres: user `postgres` cannot reach {self.home}; "
-                                 "set EOSBATCH_HOME to a folder whose parents are world-executable")
         if not (self.data / "PG_VERSION").exists():
             shutil.rmtree(self.data, ignore_errors=True)
             self._run([str(bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", USER, "-E", "UTF8",
