@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "stack":
             if args.action == "up":
-                info = commands.stack_up()
+                # Progress on stderr: stdout carries only the exports, for `eval "$(eosbatch stack up)"`.
+                info = commands.stack_up(log=lambda line: print(line, file=sys.stderr))
                 for key, value in info.env().items():
                     print(f"export {key}={shlex.quote(value)}")
             elif args.action == "down":
