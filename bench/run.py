@@ -187,7 +187,8 @@ def copy_ceilings(settings: Settings, n: int, partitions: int, padding: int, pre
     columns = ('order_id text, customer_id text, amount double precision, status text, note text, '
                '"partition" integer, "offset" bigint')
     tables = [("COPY into UNLOGGED table (staging shape)", f"{prefix}_copy_unlogged",
-               "CREATE UNLOGGED TABLE {t} (b bigint NOT NULL, w text NOT NULL, %s); CREATE INDEX ON {t} (b, w)"),
+               "CREATE UNLOGGED TABLE {t} (b bigint NOT NULL, w text NOT NULL, %s); "
+               "CREATE INDEX ON {t} (b, w)"),
               ("COPY into logged table with PK (sink shape)", f"{prefix}_copy_logged",
                "CREATE TABLE {t} (b bigint NOT NULL, w text NOT NULL, %s, PRIMARY KEY (order_id))")]
     timings = []
@@ -216,8 +217,9 @@ def produce_ceiling(settings: Settings, n: int, partitions: int, padding: int, t
                for o in _orders(n, partitions, padding)]
     headers: Any = [(steps.HEADER_PIPELINE, b"bench"), (steps.HEADER_BATCH, b"1")]
     ensure_topics(settings, {topic: partitions})
-    producer = Producer(settings.kafka(**{"acks": "all", "partitioner": "murmur2_random", "linger.ms": 20,
-                                          "compression.type": "lz4", "queue.buffering.max.messages": 200_000}))
+    producer = Producer(settings.kafka(**{
+        "acks": "all", "partitioner": "murmur2_random", "linger.ms": 20, "compression.type": "lz4",
+        "queue.buffering.max.messages": 200_000}))
     started = time.perf_counter()
     for count, (key, value) in enumerate(records, 1):
         while True:
@@ -262,9 +264,10 @@ def report(generated: Timing, timings: list[Timing], copies: list[Timing], produ
             "ratio = step records/s / ceiling records/s; process is held against COPY into UNLOGGED,",
             "commit against COPY into the logged table with PK, publish against the plain produce."]
     if footprints:
-        text += ["", _table(["publish child", "published", "seconds", "baseline RSS MiB", "peak RSS MiB (VmHWM)"],
-                            [[f"{n:,} records", f"{p.records:,}", f"{p.seconds:.2f}", f"{p.baseline_mib:.0f}",
-                              f"{p.peak_mib:.0f}"] for n, p in sorted(footprints.items())])]
+        header = ["publish child", "published", "seconds", "baseline RSS MiB", "peak RSS MiB (VmHWM)"]
+        text += ["", _table(header, [[f"{n:,} records", f"{p.records:,}", f"{p.seconds:.2f}",
+                                      f"{p.baseline_mib:.0f}", f"{p.peak_mib:.0f}"]
+                                     for n, p in sorted(footprints.items())])]
     return "\n".join(text)
 
 
