@@ -238,7 +238,7 @@ def publish(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch
         return batch
     if batch.state != "committed":
         raise TerminalError(f"batch {batch_id} is {batch.state}; only a committed batch can be published")
-    produced = 0
+    produced: int | None = None  # unknown when an earlier run published: the ledger keeps it unset
     with TransactionalPublisher(settings, transactional_id(pipeline, batch)) as publisher:
         publisher.init()  # fences older publishers first: only now is the marker trustworthy
         tps = [r.tp for r in batch.ranges]
@@ -246,6 +246,7 @@ def publish(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch
             log(f"batch {batch_id}: marker shows it published already; finalizing only")
         else:
             publisher.begin()
+            produced = 0
             if pipeline.output is not None and batch.publish:
                 headers = [(HEADER_PIPELINE, pipeline.name.encode()), (HEADER_BATCH, str(batch_id).encode())]
                 produced = publisher.produce(pipeline.output.topic,
