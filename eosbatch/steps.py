@@ -229,13 +229,20 @@ def _outbox(settings: config.Settings, pipeline: Pipeline, batch_id: int, writer
 
 def publish(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
     """Publish a committed batch in one Kafka transaction together with its marker; then finalize."""
+    produced = publish_to_kafka(pipeline_name, batch_id, log)
+    return finalize(pipeline_name, batch_id, produced, log)
+
+
+def publish_to_kafka(pipeline_name: str, batch_id: int, log: Log = _quiet) -> int | None:
+    """The Kafka half of publish: the output and the marker in one transaction; the batch stays committed
+    until `finalize`. Returns the records produced, or None when an earlier run had published them."""
     settings = config.load()
     pipeline = registry.get(pipeline_name)
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id)
     if batch.state == "published":
         log(f"batch {batch_id}: already published")
-        return batch
+        return None
     if batch.state != "committed":
         raise TerminalError(f"batch {batch_id} is {batch.state}; only a committed batch can be published")
     produced: int | None = None  # unknown when an earlier run published: the ledger keeps it unset
@@ -255,7 +262,7 @@ def publish(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch
             publisher.commit(settings, batch.marker_group, list(batch.ranges))
             faults.point("publish.after_kafka_commit")
             log(f"batch {batch_id}: published {produced} records")
-    return finalize(pipeline.name, batch_id, produced)
+    return produced
 
 
 def finalize(pipeline_name: str, batch_id: int, produced: int | None = None, log: Log = _quiet) -> store.Batch:
