@@ -28,6 +28,24 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="batches, offsets and lag of a pipeline")
     status.add_argument("pipeline")
     status.add_argument("--json", action="store_true")
+    backfill = sub.add_parser("backfill", help="process history: fill the holes in offset ranges, or reprocess",
+                              description="Runs backfill batches over the holes of the requested ranges (fill), or "
+                                          "re-runs their committed parts into an idempotent sink (reprocess).")
+    backfill.add_argument("pipeline")
+    backfill.add_argument("--range", dest="ranges", action="append", metavar="TOPIC:PARTITION:START-END",
+                          help="an offset range, END exclusive; repeat for more")
+    backfill.add_argument("--from", dest="time_from", metavar="TIME", help="ISO 8601 time (UTC unless zoned)")
+    backfill.add_argument("--to", dest="time_to", metavar="TIME")
+    backfill.add_argument("--mode", choices=["fill", "reprocess"], default="fill")
+    backfill.add_argument("--publish", action=argparse.BooleanOptionalAction, default=None,
+                          help="publish the output (default: yes for fill, no for reprocess)")
+    backfill.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    replay = sub.add_parser("replay", help="replay a failed batch (or publish a committed one)")
+    replay.add_argument("pipeline")
+    replay.add_argument("batch_id", type=int)
+    ranges = sub.add_parser("ranges", help="committed coverage per partition, and the holes")
+    ranges.add_argument("pipeline")
+    ranges.add_argument("--json", action="store_true")
     abort = sub.add_parser("abort", help="abort a pipeline's unfinished (uncommitted) batches")
     abort.add_argument("pipeline")
     abort.add_argument("batch_id", nargs="?", type=int)
@@ -45,6 +63,18 @@ def _print_status(report: dict) -> None:  # type: ignore[type-arg]
               f"{str(b['dead_letters']):>6} {str(b['published']):>8}  {' '.join(b['ranges'])}")
         if b["error"]:
             print(f"         error: {b['error']}")
+
+
+def _print_ranges(report: list) -> None:  # type: ignore[type-arg]
+    def show(found: tuple) -> str:  # type: ignore[type-arg]
+        return " ".join(f"{r.start}-{r.end}" for r in found) or "-"
+
+    for p in report:
+        print(f"{p.partition}  log {p.log_start}-{p.last_stable}  next {p.next_offset}")
+        print(f"  committed  {show(p.committed)}")
+        print(f"  holes      {show(p.holes)}")
+        if p.in_flight:
+            print(f"  in flight  {show(p.in_flight)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,6 +116,33 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "status":
             report = commands.status(args.pipeline)
             print(json.dumps(report, indent=2)) if args.json else _print_status(report)
+        elif args.command == "backfill":
+            from eosbatch.backfill import describe
+            from eosbatch.progress import Progress
+
+            bar = Progress(0)
+            report = commands.backfill(args.pipeline, args.ranges, args.time_from, args.time_to, args.mode,
+                                       args.publish, args.dry_run, log=bar.log, progress=bar)
+            if args.dry_run:
+                print("dry run: nothing changed")
+                for line in describe(report.plan):
+                    print(line)
+            else:
+                print(f"{report.batches} batches: {report.records} records read, {report.sink_rows} sink rows, "
+                      f"{report.dead_letters} dead letters, {report.published} records published")
+        elif args.command == "replay":
+            outcome = commands.replay(args.pipeline, args.batch_id, log=print)
+            print(f"{outcome.action}" + (f": batch(es) {', '.join(map(str, outcome.batches))}"
+                                         if outcome.batches else ""))
+        elif args.command == "ranges":
+            coverage = commands.ranges(args.pipeline)
+            if args.json:
+                print(json.dumps([{"partition": str(p.partition), "log_start": p.log_start,
+                                   "last_stable_offset": p.last_stable, "next_offset": p.next_offset,
+                                   "committed": [str(r) for r in p.committed], "holes": [str(r) for r in p.holes],
+                                   "in_flight": [str(r) for r in p.in_flight]} for p in coverage], indent=2))
+            else:
+                _print_ranges(coverage)
         elif args.command == "abort":
             aborted = commands.steps.abort(args.pipeline, args.batch_id, reason="aborted by eosbatch abort",
                                            log=print)

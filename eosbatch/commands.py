@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from eosbatch import backfill as history
 from eosbatch import config, registry, stack, steps
 from eosbatch.kafka import offsets
 from eosbatch.ledger import migrate, store
@@ -35,6 +36,20 @@ def db_downgrade(revision: str) -> str | None:
 
 def run(pipeline: str, max_batches: int | None = None, log: Log = print) -> steps.RunSummary:
     return steps.run(pipeline, max_batches=max_batches, log=log)
+
+
+def backfill(pipeline: str, ranges: list[str] | None = None, time_from: str | None = None,
+             time_to: str | None = None, mode: str = "fill", publish: bool | None = None, dry_run: bool = False,
+             log: Log = print, progress: Any = None) -> history.BackfillReport:
+    return history.backfill(pipeline, ranges, time_from, time_to, mode, publish, dry_run, log, progress)
+
+
+def replay(pipeline: str, batch_id: int, log: Log = print) -> history.ReplayReport:
+    return history.replay(pipeline, batch_id, log)
+
+
+def ranges(pipeline: str) -> list[history.PartitionCoverage]:
+    return history.coverage(pipeline)
 
 
 def status(pipeline_name: str, limit: int = 10) -> dict[str, Any]:

@@ -28,8 +28,9 @@ from eosbatch.ledger import sinks, store
 from eosbatch.ledger.exceptions import OffsetMismatch, RangeConflict, StaleEpoch
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol import ranges as plan_ranges
+from eosbatch.protocol.backfill import offset_moves
 from eosbatch.protocol.recovery import publish_action, recovery_action
-from eosbatch.protocol.states import ABORTABLE, BatchKind
+from eosbatch.protocol.states import ABORTABLE, Lane, claims_coverage, lane
 
 Log = Callable[[str], None]
 HEADER_PIPELINE = "eosbatch.pipeline"
@@ -41,20 +42,28 @@ def _quiet(_: str) -> None:
 
 
 def transactional_id(pipeline: Pipeline, batch: store.Batch) -> str:
-    # Regular batches and backfills run side by side (separate DAGs); each kind fences its own zombies.
-    return pipeline.transactional_id if batch.kind == "regular" else f"{pipeline.transactional_id}.backfill"
+    # Regular batches and backfills run side by side (separate DAGs); each lane fences its own zombies.
+    return pipeline.transactional_id if lane(batch.kind) == "regular" else f"{pipeline.transactional_id}.backfill"
+
+
+def marker_group(pipeline: Pipeline, in_lane: Lane) -> str | Callable[[int], str]:
+    """The regular lane's marker group shows the pipeline's lag to standard tools; a backfill batch gets a
+    group of its own (deleted after finalize), since its ranges lie behind the regular lane's."""
+    if in_lane == "regular":
+        return pipeline.marker_group
+    return lambda batch_id: f"{pipeline.marker_group}.backfill.{batch_id}"
 
 
 # ---------------------------------------------------------------- recover and plan
 
-def recover(pipeline_name: str, log: Log = _quiet) -> int:
-    """Take the pipeline over (bump the epoch), abort unfinished batches, roll committed ones forward."""
+def recover(pipeline_name: str, log: Log = _quiet, in_lane: Lane = "regular") -> int:
+    """Take the lane over (bump its epoch), abort its unfinished batches, roll its committed ones forward."""
     settings = config.load()
     pipeline = registry.get(pipeline_name)
     with store.transaction(settings) as cur:
-        store.lock_pipeline(cur, pipeline.name)
-        epoch = store.bump_epoch(cur, pipeline.name)
-        pending = store.open_batches(cur, pipeline.name)
+        store.lock_pipeline(cur, pipeline.name, in_lane)
+        epoch = store.bump_epoch(cur, pipeline.name, in_lane)
+        pending = store.open_batches(cur, pipeline.name, in_lane)
         for batch in pending:
             if recovery_action(batch.state) == "abort":
                 _abort(cur, pipeline, batch, "aborted by recovery: its runner did not finish")
@@ -75,10 +84,7 @@ def plan(pipeline_name: str, log: Log = _quiet) -> store.Batch | None:
     with store.transaction(settings) as cur:
         if store.lock_pipeline(cur, pipeline.name) != epoch:
             raise StaleEpoch(f"pipeline {pipeline.name!r} was taken over by another runner while planning")
-        known = store.next_offsets(cur, pipeline.name, lock=True)
-        first = pipeline.source.starting_offsets
-        store.add_partitions(cur, pipeline.name, {
-            tp: (b.low if first == "earliest" else b.stable) for tp, b in bounds.items() if tp not in known})
+        track_partitions(cur, pipeline, bounds)
         ranges = plan_ranges.plan_next(store.next_offsets(cur, pipeline.name), bounds,
                                        pipeline.source.max_records_per_batch)
         if not ranges:
@@ -87,6 +93,15 @@ def plan(pipeline_name: str, log: Log = _quiet) -> store.Batch | None:
     log(f"batch {batch.id}: planned {', '.join(map(str, batch.ranges))}")
     faults.point("plan.after_commit")
     return batch
+
+
+def track_partitions(cur: store.Cursor, pipeline: Pipeline, bounds: dict[Any, plan_ranges.PartitionBounds]
+                     ) -> None:
+    """Give partitions seen for the first time their starting next offset (earliest or latest)."""
+    known = store.next_offsets(cur, pipeline.name, lock=True)
+    first = pipeline.source.starting_offsets
+    store.add_partitions(cur, pipeline.name, {
+        tp: (b.low if first == "earliest" else b.stable) for tp, b in bounds.items() if tp not in known})
 
 
 # ---------------------------------------------------------------- process (Spark)
@@ -174,29 +189,26 @@ def commit(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
                 log(f"batch {batch_id}: already {batch.state}")
                 return batch
             store.check_epoch(cur, batch, lock=True)
-            if batch.kind == "regular":
-                expected = store.next_offsets(cur, pipeline.name, lock=True)
-                for r in batch.ranges:
-                    if expected.get(r.tp) != r.start:
-                        raise OffsetMismatch(f"batch {batch_id}: {r.tp} starts at {r.start} but the ledger's next "
-                                             f"offset is {expected.get(r.tp)}; another run committed first")
+            moves = offset_moves(batch.kind, batch.ranges, store.next_offsets(cur, pipeline.name, lock=True))
+            if moves.problem:
+                raise OffsetMismatch(f"batch {batch_id}: {moves.problem}")
             try:
-                psycopg2.extras.execute_values(
-                    cur, "INSERT INTO eosbatch.committed_ranges (pipeline, topic, partition, offsets, batch_id) "
-                         "VALUES %s",
-                    [(pipeline.name, r.topic, r.partition, psycopg2.extras.NumericRange(r.start, r.end, "[)"),
-                      batch_id) for r in batch.ranges],
-                    template="(%s, %s, %s, %s::int8range, %s)")
+                if claims_coverage(batch.kind):
+                    psycopg2.extras.execute_values(
+                        cur, "INSERT INTO eosbatch.committed_ranges (pipeline, topic, partition, offsets, batch_id)"
+                             " VALUES %s",
+                        [(pipeline.name, r.topic, r.partition, psycopg2.extras.NumericRange(r.start, r.end, "[)"),
+                          batch_id) for r in batch.ranges],
+                        template="(%s, %s, %s, %s::int8range, %s)")
             except psycopg2.errors.ExclusionViolation as exc:
                 raise RangeConflict(f"batch {batch_id}: a range overlaps one already committed: "
                                     f"{exc.diag.message_detail}") from None
             sink_rows = sinks.upsert(cur, pipeline, batch_id, batch.writer_tags("sink"))
             dead = sinks.copy_dead_letters(cur, pipeline.name, batch_id, batch.writer_tags("dead_letters"))
-            if batch.kind == "regular":
-                for r in batch.ranges:
-                    cur.execute("UPDATE eosbatch.partition_offsets SET next_offset = %s "
-                                "WHERE pipeline = %s AND topic = %s AND partition = %s",
-                                (r.end, pipeline.name, r.topic, r.partition))
+            for tp, end in moves.moves.items():
+                cur.execute("UPDATE eosbatch.partition_offsets SET next_offset = %s "
+                            "WHERE pipeline = %s AND topic = %s AND partition = %s",
+                            (end, pipeline.name, tp.topic, tp.partition))
             batch = store.set_state(cur, batch, "committed", sink_rows=sink_rows, dead_letters=dead)
             faults.point("commit.before_commit")
     except (OffsetMismatch, RangeConflict) as exc:
@@ -276,6 +288,10 @@ def finalize(pipeline_name: str, batch_id: int, produced: int | None = None, log
         batch = store.set_state(cur, batch, "published", **fields)
         store.delete_staging(cur, batch_id, sinks.stage_table(pipeline))
     log(f"batch {batch_id}: finalized")
+    if batch.marker_group != pipeline.marker_group:
+        # A backfill batch's own marker group has done its job once the ledger says published. If this
+        # deletion is lost, the group is only clutter: nothing reads the marker of a published batch.
+        marker.delete_group(settings, batch.marker_group, log)
     return batch
 
 
@@ -331,8 +347,7 @@ def run_batch(pipeline_name: str, batch: store.Batch, log: Log = _quiet) -> stor
     return publish(pipeline_name, batch.id, log)
 
 
-def run(pipeline_name: str, max_batches: int | None = None, log: Log = _quiet,
-        kind: BatchKind = "regular") -> RunSummary:
+def run(pipeline_name: str, max_batches: int | None = None, log: Log = _quiet) -> RunSummary:
     """Plan and run batches until caught up (or `max_batches`)."""
     totals = [0, 0, 0, 0, 0]
     while max_batches is None or totals[0] < max_batches:

@@ -6,9 +6,8 @@ end offsets" proves the output was published; it also lets standard lag tools sh
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import time
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition as KafkaTP
 
@@ -46,6 +45,21 @@ def read(settings: Settings, group: str, tps: Iterable[TopicPartition], timeout:
     finally:
         client.close()
     return {TopicPartition(p.topic, p.partition): (p.offset if p.offset >= 0 else None) for p in found}
+
+
+def delete_group(settings: Settings, group: str, log: Callable[[str], None]) -> bool:
+    """Delete a marker group that is no longer needed; best effort (a failure leaves only clutter)."""
+    from confluent_kafka.admin import AdminClient
+
+    future = AdminClient(settings.kafka()).delete_consumer_groups([group], request_timeout=30)[group]
+    try:
+        future.result()
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
+            return True
+        log(f"marker group {group} not deleted ({exc}); it is safe to delete it by hand")
+        return False
+    return True
 
 
 def offsets_for(ranges: Iterable[OffsetRange]) -> list[KafkaTP]:

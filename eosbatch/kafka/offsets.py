@@ -53,3 +53,23 @@ def bounds(settings: Settings, topics: Iterable[str]) -> dict[TopicPartition, Pa
 
     low, stable = query(OffsetSpec.earliest()), query(OffsetSpec.latest())
     return {tp: PartitionBounds(low[tp], stable[tp]) for tp in tps}
+
+
+def at_time(settings: Settings, topics: Iterable[str], timestamp_ms: int,
+            bounds_now: dict[TopicPartition, PartitionBounds]) -> dict[TopicPartition, int]:
+    """Per partition, the first offset whose record timestamp is at or after `timestamp_ms`; the last
+    stable offset when no record is that recent (Kafka answers -1 then)."""
+    client = admin(settings)
+    request = {KafkaTP(tp.topic, tp.partition): OffsetSpec.for_timestamp(timestamp_ms) for tp in bounds_now}
+    if not request:
+        return {}
+    futures = client.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=TIMEOUT)
+    found: dict[TopicPartition, int] = {}
+    try:
+        for k, f in futures.items():
+            tp = TopicPartition(k.topic, k.partition)
+            offset = f.result().offset
+            found[tp] = bounds_now[tp].stable if offset < 0 else min(offset, bounds_now[tp].stable)
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"kafka: list_offsets by timestamp failed: {exc}") from exc
+    return found

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -15,7 +15,10 @@ import psycopg2.extras
 from eosbatch.config import Settings, redact
 from eosbatch.ledger.exceptions import BatchNotFound, LedgerUnavailable, StaleEpoch
 from eosbatch.protocol.ranges import OffsetRange, TopicPartition
-from eosbatch.protocol.states import BatchKind, BatchState, check_transition
+from eosbatch.protocol.states import BatchKind, BatchState, Lane, check_transition, claims_coverage, lane
+
+# Each lane's epoch column; fixed names, never input.
+_EPOCH_COLUMN: dict[Lane, str] = {"regular": "epoch", "backfill": "backfill_epoch"}
 
 Cursor = psycopg2.extensions.cursor
 
@@ -69,26 +72,30 @@ def transaction(settings: Settings) -> Iterator[Cursor]:
         connection.close()
 
 
-def lock_pipeline(cur: Cursor, name: str) -> int:
-    """Create the pipeline's row if new and lock it for this transaction; returns its epoch."""
+def lock_pipeline(cur: Cursor, name: str, lane: Lane = "regular") -> int:
+    """Create the pipeline's row if new and lock it for this transaction; returns the lane's epoch."""
     cur.execute("INSERT INTO eosbatch.pipelines (name) VALUES (%s) ON CONFLICT DO NOTHING", (name,))
-    cur.execute("SELECT epoch FROM eosbatch.pipelines WHERE name = %s FOR UPDATE", (name,))
+    cur.execute(f"SELECT {_EPOCH_COLUMN[lane]} FROM eosbatch.pipelines WHERE name = %s FOR UPDATE",  # noqa: S608
+                (name,))
     return int(cur.fetchone()[0])
 
 
-def bump_epoch(cur: Cursor, name: str) -> int:
-    cur.execute("UPDATE eosbatch.pipelines SET epoch = epoch + 1 WHERE name = %s RETURNING epoch", (name,))
+def bump_epoch(cur: Cursor, name: str, lane: Lane = "regular") -> int:
+    column = _EPOCH_COLUMN[lane]
+    cur.execute(f"UPDATE eosbatch.pipelines SET {column} = {column} + 1 WHERE name = %s "  # noqa: S608
+                f"RETURNING {column}", (name,))
     return int(cur.fetchone()[0])
 
 
 def check_epoch(cur: Cursor, batch: Batch, lock: bool = False) -> None:
-    """Refuse to act for a batch planned under an older epoch: a newer runner owns the pipeline."""
-    cur.execute("SELECT epoch FROM eosbatch.pipelines WHERE name = %s" + (" FOR UPDATE" if lock else ""),
-                (batch.pipeline,))
+    """Refuse to act for a batch planned under an older epoch of its lane: a newer runner owns the lane."""
+    column = _EPOCH_COLUMN[lane(batch.kind)]
+    cur.execute(f"SELECT {column} FROM eosbatch.pipelines WHERE name = %s"  # noqa: S608
+                + (" FOR UPDATE" if lock else ""), (batch.pipeline,))
     row = cur.fetchone()
     if row is None or int(row[0]) != batch.epoch:
-        raise StaleEpoch(f"batch {batch.id} was planned in epoch {batch.epoch}; pipeline {batch.pipeline!r} "
-                         f"is now in epoch {row[0] if row else '?'}")
+        raise StaleEpoch(f"batch {batch.id} was planned in {lane(batch.kind)} epoch {batch.epoch}; pipeline "
+                         f"{batch.pipeline!r} is now in epoch {row[0] if row else '?'}")
 
 
 def _ranges(cur: Cursor, batch_ids: list[int]) -> dict[int, tuple[OffsetRange, ...]]:
@@ -114,9 +121,11 @@ def get_batch(cur: Cursor, batch_id: int, lock: bool = False) -> Batch:
     return found[0]
 
 
-def open_batches(cur: Cursor, pipeline: str) -> list[Batch]:
-    return _batches(cur, "pipeline = %s AND state IN ('planned', 'staged', 'committed') ORDER BY id",
-                    (pipeline,))
+def open_batches(cur: Cursor, pipeline: str, in_lane: Lane | None = None) -> list[Batch]:
+    """Unfinished batches (planned, staged, committed), of one lane or of both."""
+    found = _batches(cur, "pipeline = %s AND state IN ('planned', 'staged', 'committed') ORDER BY id",
+                     (pipeline,))
+    return [b for b in found if in_lane is None or lane(b.kind) == in_lane]
 
 
 def recent_batches(cur: Cursor, pipeline: str, limit: int = 10) -> list[Batch]:
@@ -124,13 +133,17 @@ def recent_batches(cur: Cursor, pipeline: str, limit: int = 10) -> list[Batch]:
 
 
 def create_batch(cur: Cursor, pipeline: str, kind: BatchKind, epoch: int, ranges: list[OffsetRange],
-                 marker_group: str, publish: bool = True, replay_of: int | None = None) -> Batch:
-    cur.execute(
-        "INSERT INTO eosbatch.batches (pipeline, kind, state, epoch, publish, marker_group, replay_of) "
-        "VALUES (%s, %s, 'planned', %s, %s, %s, %s) RETURNING id",
-        (pipeline, kind, epoch, publish, marker_group, replay_of),
-    )
+                 marker_group: str | Callable[[int], str], publish: bool = True, replay_of: int | None = None
+                 ) -> Batch:
+    """A planned batch; `marker_group` may depend on the new batch's id (backfill batches have their own)."""
+    cur.execute("SELECT nextval(pg_get_serial_sequence('eosbatch.batches', 'id'))")
     batch_id = int(cur.fetchone()[0])
+    group = marker_group(batch_id) if callable(marker_group) else marker_group
+    cur.execute(
+        "INSERT INTO eosbatch.batches (id, pipeline, kind, state, epoch, publish, marker_group, replay_of) "
+        "VALUES (%s, %s, %s, 'planned', %s, %s, %s, %s)",
+        (batch_id, pipeline, kind, epoch, publish, group, replay_of),
+    )
     psycopg2.extras.execute_values(
         cur, "INSERT INTO eosbatch.batch_ranges (batch_id, topic, partition, start_offset, end_offset) VALUES %s",
         [(batch_id, r.topic, r.partition, r.start, r.end) for r in ranges],
@@ -168,6 +181,11 @@ def add_partitions(cur: Cursor, pipeline: str, starts: dict[TopicPartition, int]
                  "ON CONFLICT DO NOTHING",
             [(pipeline, tp.topic, tp.partition, offset) for tp, offset in starts.items()],
         )
+
+
+def in_flight(cur: Cursor, pipeline: str) -> list[OffsetRange]:
+    """Ranges of unfinished batches that will claim coverage: no other batch may plan them meanwhile."""
+    return [r for b in open_batches(cur, pipeline) if claims_coverage(b.kind) for r in b.ranges]
 
 
 def committed_coverage(cur: Cursor, pipeline: str) -> list[OffsetRange]:

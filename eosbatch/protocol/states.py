@@ -11,7 +11,8 @@ from typing import Literal, get_args
 from eosbatch.protocol.exceptions import IllegalTransition
 
 BatchState = Literal["planned", "staged", "committed", "published", "aborted"]
-BatchKind = Literal["regular", "backfill", "replay"]
+BatchKind = Literal["regular", "backfill", "replay", "reprocess"]
+Lane = Literal["regular", "backfill"]
 STATES: tuple[BatchState, ...] = get_args(BatchState)
 KINDS: tuple[BatchKind, ...] = get_args(BatchKind)
 
@@ -24,6 +25,17 @@ TRANSITIONS: dict[BatchState, frozenset[BatchState]] = {
 }
 OPEN_STATES: frozenset[BatchState] = frozenset({"planned", "staged", "committed"})
 ABORTABLE: frozenset[BatchState] = frozenset({"planned", "staged"})
+
+
+def lane(kind: BatchKind) -> Lane:
+    """Regular batches move the pipeline forward; every other kind works on history in the backfill lane.
+    Each lane has its own epoch and transactional id, so the two never fence each other."""
+    return "regular" if kind == "regular" else "backfill"
+
+
+def claims_coverage(kind: BatchKind) -> bool:
+    """A reprocess batch re-runs ranges already committed, on purpose: it records no coverage."""
+    return kind != "reprocess"
 
 
 def can_transition(state: BatchState, target: BatchState) -> bool:
