@@ -21,9 +21,18 @@ POINTS = (
 )
 
 
+_hits: dict[str, int] = {}
+
+
 def point(name: str) -> None:
-    if os.environ.get(FAULT) == name:
-        die(name)
+    """Die here if EOSBATCH_FAULT names this point: `<point>` on its first pass, `<point>@N` on the Nth
+    pass in this process (a backfill killed halfway, after some batches finished)."""
+    wanted, _, nth = os.environ.get(FAULT, "").partition("@")
+    if wanted != name:
+        return
+    _hits[name] = _hits.get(name, 0) + 1
+    if _hits[name] >= int(nth or 1):
+        die(name if not nth else f"{name} (pass {_hits[name]})")
 
 
 def die(where: str) -> None:

@@ -1,0 +1,107 @@
+"""One integration test's own input topic, pipelines and ledger rows, the CLI run against them, and the
+exactly-once checks of the end state (sink, dead letters, coverage, read_committed output)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+from eosbatch import faults
+from eosbatch.ledger import store
+from eosbatch.verify import check_output, coverage_gaps, read_topic
+from examples.orders import generate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Scenario:
+    """`kind` is "totals" (accumulate sink) or "latest" (replace sink); see tests/pipelines/crash.py."""
+
+    def __init__(self, settings, suffix: str, kind: str, records: int = 2400, batch: int = 1500,
+                 start: str = "earliest", seed: int | None = None) -> None:
+        self.settings, self.suffix, self.kind = settings, suffix, kind
+        self.batch, self.start = batch, start
+        self.pipeline = f"crash_{kind}_{suffix}"
+        self.input = f"crash_in_{suffix}"
+        self.output = f"crash_{kind}_out_{suffix}"
+        generate.ensure_topics(settings, {self.input: 3, self.output: 3})
+        self.waves = 0
+        if records:
+            self.produce(records, seed)
+
+    def produce(self, records: int, seed: int | None = None) -> None:
+        """More input: transactions (every 5th aborted), repeated order ids, a few malformed records."""
+        self.waves += 1
+        generate.generate(self.settings, self.input, records=records, partitions=3, transaction_size=200,
+                          malformed_every=331, seed=seed if seed is not None else len(self.suffix) + 10 + self.waves,
+                          customers=40)
+
+    def env(self, fault: str | None = None) -> dict[str, str]:
+        env = {**os.environ, "EOSBATCH_PIPELINES": "tests.pipelines.crash", "EOSBATCH_TEST_SUFFIX": self.suffix,
+               "EOSBATCH_TEST_BATCH": str(self.batch), "EOSBATCH_TEST_START": self.start,
+               "PYTHONPATH": str(ROOT), "EOSBATCH_SPARK_MASTER": "local[2,3]"}  # 3 tries per Spark task
+        env.pop(faults.FAULT, None)
+        if fault:
+            env[faults.FAULT] = fault
+        return env
+
+    def cli(self, *args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+        """`eosbatch <args>` in a process of its own, as a user (or a DAG task) runs it."""
+        return subprocess.run([sys.executable, "-m", "eosbatch.cli", *args], env=self.env(fault),
+                              capture_output=True, text=True, timeout=900, cwd=ROOT)
+
+    def run(self, fault: str | None = None, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.cli("run", self.pipeline, *args, fault=fault)
+
+    def batches(self) -> list[tuple[int, str, str]]:
+        """(id, kind, state) of this scenario's batches, oldest first."""
+        with store.transaction(self.settings) as cur:
+            cur.execute("SELECT id, kind, state FROM eosbatch.batches WHERE pipeline = %s ORDER BY id",
+                        (self.pipeline,))
+            return [tuple(row) for row in cur.fetchall()]
+
+    def states(self) -> list[str]:
+        return [state for _, _, state in self.batches()]
+
+    def sink(self) -> dict:
+        with store.transaction(self.settings) as cur:
+            if self.kind == "totals":
+                cur.execute(f'SELECT customer_id, total_amount, order_count FROM public."crash_totals_{self.suffix}"')
+                return {c: (Decimal(t), n) for c, t, n in cur.fetchall()}
+            cur.execute(f'SELECT order_id, amount FROM public."crash_latest_{self.suffix}"')
+            return dict(cur.fetchall())
+
+    def assert_exactly_once(self, from_log_start: bool = True) -> None:
+        inputs = read_topic(self.settings, self.input)
+        orders, malformed = generate.valid_orders(inputs)
+        assert not any(o["customer_id"].startswith("ghost") for o in orders), "read_committed leaked"
+        if self.kind == "totals":
+            assert self.sink() == generate.expected_totals(orders)
+        else:
+            assert self.sink() == {k: v["amount"] for k, v in generate.expected_latest(orders).items()}
+        with store.transaction(self.settings) as cur:
+            cur.execute('SELECT topic, partition, "offset" FROM eosbatch.dead_letters WHERE pipeline = %s',
+                        (self.pipeline,))
+            dead = cur.fetchall()
+            next_offsets = store.next_offsets(cur, self.pipeline)
+            covered = store.committed_coverage(cur, self.pipeline)
+        assert len(dead) == malformed and all(t == self.input for t, _, _ in dead)
+        assert next_offsets and all(o > 0 for o in next_offsets.values())
+        assert not coverage_gaps(self.settings, self.pipeline)
+        if from_log_start:  # every offset from the first one on is covered, once
+            assert {tp: min(r.start for r in covered if r.tp == tp) for tp in next_offsets} == \
+                {tp: 0 for tp in next_offsets}
+        assert set(self.states()) <= {"published", "aborted"}
+        outputs = read_topic(self.settings, self.output)
+        check = check_output(self.settings, self.pipeline, self.output, outputs)
+        assert check.ok, check
+        if self.kind == "totals":  # the deltas published add up to the sink: no batch published twice
+            sums: dict[str, Decimal] = {}
+            for record in outputs:
+                row = json.loads(record.value)
+                sums[row["customer_id"]] = sums.get(row["customer_id"], Decimal(0)) + Decimal(str(row["total_amount"]))
+            assert sums == {k: v[0] for k, v in generate.expected_totals(orders).items()}
