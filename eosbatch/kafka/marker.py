@@ -51,9 +51,13 @@ def delete_group(settings: Settings, group: str, log: Callable[[str], None]) -> 
     """Delete a marker group that is no longer needed; best effort (a failure leaves only clutter)."""
     from confluent_kafka.admin import AdminClient
 
-    future = AdminClient(settings.kafka()).delete_consumer_groups([group], request_timeout=30)[group]
+    client = AdminClient(settings.kafka())  # held until the answer: a dropped client never resolves its futures
+    future = client.delete_consumer_groups([group], request_timeout=30)[group]
     try:
-        future.result()
+        future.result(timeout=60)
+    except TimeoutError:
+        log(f"marker group {group} not deleted (no answer in 60 s); it is safe to delete it by hand")
+        return False
     except KafkaException as exc:
         if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
             return True
