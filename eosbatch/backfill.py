@@ -7,7 +7,7 @@ reads them, asks, and runs the resulting batches through the same steps as regul
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal, NamedTuple
 
 from eosbatch import config, registry, steps
@@ -17,11 +17,27 @@ from eosbatch.ledger import store
 from eosbatch.ledger.exceptions import BatchNotFound, OffsetMismatch, RangeConflict, StaleEpoch
 from eosbatch.pipeline import Pipeline
 from eosbatch.progress import Progress
-from eosbatch.protocol.backfill import (MODES, BackfillPlan, Mode, ReplayDecision, parse_range,
-                                        plan_backfill, replay_decision, size)
+from eosbatch.protocol.backfill import (
+    MODES,
+    BackfillPlan,
+    Mode,
+    ReplayDecision,
+    parse_range,
+    plan_backfill,
+    replay_decision,
+    size,
+)
 from eosbatch.protocol.exceptions import InvalidRange
-from eosbatch.protocol.ranges import (OffsetRange, PartitionBounds, TopicPartition, merge, split, subtract,
-                                      validate_request)
+from eosbatch.protocol.ranges import (
+    OffsetRange,
+    PartitionBounds,
+    TopicPartition,
+    merge,
+    split,
+    subtract,
+    validate_request,
+)
+from eosbatch.protocol.states import BatchKind
 
 Log = Callable[[str], None]
 MAX_CONFLICTS = 3  # a batch lost a race with another runner: plan again, a few times
@@ -40,7 +56,7 @@ def parse_time(field: str, text: str) -> int:
     except ValueError:
         raise ConfigError(field, f"{text!r} is not an ISO 8601 time, e.g. 2026-11-22T03:00:00Z") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
 
 
@@ -131,7 +147,7 @@ def backfill(pipeline_name: str, ranges: Iterable[str] | None = None, time_from:
         raise ConfigError("mode", f"reprocess is refused for {pipeline.name}: its sink accumulates, so running "
                                   "committed ranges again would count them twice (use fill)")
     publish = (mode == "fill") if publish is None else publish
-    kind = "backfill" if mode == "fill" else "reprocess"
+    kind: BatchKind = "backfill" if mode == "fill" else "reprocess"
     bounds = offsets.bounds(settings, pipeline.source.topics)
     requested = resolve_request(settings, pipeline, ranges, time_from, time_to, bounds)
     if not requested:

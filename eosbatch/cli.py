@@ -121,15 +121,15 @@ def main(argv: list[str] | None = None) -> int:
             from eosbatch.progress import Progress
 
             bar = Progress(0)
-            report = commands.backfill(args.pipeline, args.ranges, args.time_from, args.time_to, args.mode,
+            backfilled = commands.backfill(args.pipeline, args.ranges, args.time_from, args.time_to, args.mode,
                                        args.publish, args.dry_run, log=bar.log, progress=bar)
             if args.dry_run:
                 print("dry run: nothing changed")
-                for line in describe(report.plan):
+                for line in describe(backfilled.plan):
                     print(line)
             else:
-                print(f"{report.batches} batches: {report.records} records read, {report.sink_rows} sink rows, "
-                      f"{report.dead_letters} dead letters, {report.published} records published")
+                print(f"{backfilled.batches} batches: {backfilled.records} records read, {backfilled.sink_rows} sink "
+                      f"rows, {backfilled.dead_letters} dead letters, {backfilled.published} records published")
         elif args.command == "replay":
             outcome = commands.replay(args.pipeline, args.batch_id, log=print)
             print(f"{outcome.action}" + (f": batch(es) {', '.join(map(str, outcome.batches))}"

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import NamedTuple
 
-from confluent_kafka import Consumer, TopicPartition as KafkaTP
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaTP
 
 from eosbatch.config import Settings
 from eosbatch.kafka.offsets import admin, partitions

@@ -10,6 +10,8 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
+from psycopg2 import sql
+
 from eosbatch import faults
 from eosbatch.ledger import store
 from eosbatch.verify import check_output, coverage_gaps, read_topic
@@ -68,11 +70,12 @@ class Scenario:
         return [state for _, _, state in self.batches()]
 
     def sink(self) -> dict:
+        table = sql.Identifier("public", f"crash_{self.kind}_{self.suffix}")
         with store.transaction(self.settings) as cur:
             if self.kind == "totals":
-                cur.execute(f'SELECT customer_id, total_amount, order_count FROM public."crash_totals_{self.suffix}"')
+                cur.execute(sql.SQL("SELECT customer_id, total_amount, order_count FROM {}").format(table))
                 return {c: (Decimal(t), n) for c, t, n in cur.fetchall()}
-            cur.execute(f'SELECT order_id, amount FROM public."crash_latest_{self.suffix}"')
+            cur.execute(sql.SQL("SELECT order_id, amount FROM {}").format(table))
             return dict(cur.fetchall())
 
     def assert_exactly_once(self, from_log_start: bool = True) -> None:

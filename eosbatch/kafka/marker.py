@@ -9,12 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition as KafkaTP
+from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTP
 
 from eosbatch.config import Settings
 from eosbatch.kafka.exceptions import KafkaUnavailable
 from eosbatch.protocol.ranges import OffsetRange, TopicPartition
-
 
 _COORDINATOR_ERRORS = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                        KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT}

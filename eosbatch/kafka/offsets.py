@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition as KafkaTP
+from confluent_kafka import IsolationLevel, KafkaException
+from confluent_kafka import TopicPartition as KafkaTP
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from eosbatch.config import Settings

@@ -168,8 +168,8 @@ def set_state(cur: Cursor, batch: Batch, target: BatchState, **fields: Any) -> B
 
 
 def next_offsets(cur: Cursor, pipeline: str, lock: bool = False) -> dict[TopicPartition, int]:
-    cur.execute("SELECT topic, partition, next_offset FROM eosbatch.partition_offsets WHERE pipeline = %s"
-                + (" FOR UPDATE" if lock else ""), (pipeline,))
+    query = "SELECT topic, partition, next_offset FROM eosbatch.partition_offsets WHERE pipeline = %s"
+    cur.execute(query + (" FOR UPDATE" if lock else ""), (pipeline,))
     return {TopicPartition(t, p): int(o) for t, p, o in cur.fetchall()}
 
 

@@ -12,6 +12,7 @@ from eosbatch.pipeline import Pipeline
 from eosbatch.spark import reader, schema
 from eosbatch.spark.staging import WriterResult, copy_partition
 
+
 def _session(master: str) -> Any:
     from pyspark.sql import SparkSession
 

@@ -42,7 +42,8 @@ def _text(value: Any) -> str:
 
 
 def copy_partition(dsn: str, table_sql: str, app_id: str, batch_id: int,
-                   to_row: Callable[[Any], tuple[Any, ...] | None]) -> Callable[[Iterable[Any]], Iterator[WriterResult]]:
+                   to_row: Callable[[Any], tuple[Any, ...] | None]
+                   ) -> Callable[[Iterable[Any]], Iterator[WriterResult]]:
     """A function for `rdd.mapPartitions`: COPY this partition's rows (those `to_row` keeps) into staging."""
 
     def write(rows: Iterable[Any]) -> Iterator[WriterResult]:

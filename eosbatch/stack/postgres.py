@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import re
 import os
+import re
 import shutil
 import subprocess
 import time

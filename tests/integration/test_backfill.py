@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from confluent_kafka import TopicPartition as KafkaTP
@@ -45,7 +45,7 @@ def test_started_at_the_end_then_history_backfilled_exactly_once(settings, uniqu
     overlapping requests (a time window, then offset ranges); the same backfill again plans zero batches."""
     scenario = Scenario(settings, unique, "totals", records=1200, start="latest")
     time.sleep(1.5)
-    middle = datetime.now(timezone.utc).isoformat()
+    middle = datetime.now(UTC).isoformat()
     time.sleep(1.5)
     scenario.produce(1200)
     ok(scenario.run())                 # starts at the end: nothing to read yet

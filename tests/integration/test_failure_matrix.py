@@ -27,7 +27,7 @@ def test_runner_killed_at_step_then_next_run_recovers_exactly_once(settings, uni
     scenario = Scenario(settings, unique, kind)
     crashed = scenario.run(fault, "--max-batches", "2")
     assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-2000:]
-    assert f"fault injected at" in crashed.stderr
+    assert "fault injected at" in crashed.stderr
     assert scenario.states()[-1] == left
     if fault == "publish.mid_produce":  # the open transaction's records are in the log, invisible
         assert len(read_topic(settings, scenario.output, "read_uncommitted")) > 0

@@ -2,9 +2,8 @@
 
 import os
 
-from examples.orders.pipeline import ORDER_SCHEMA, to_latest, to_totals
-
 from eosbatch import KafkaOutput, KafkaSource, Pipeline, PostgresSink
+from examples.orders.pipeline import ORDER_SCHEMA, to_latest, to_totals
 
 SUFFIX = os.environ.get("EOSBATCH_TEST_SUFFIX", "default")
 BATCH = int(os.environ.get("EOSBATCH_TEST_BATCH", "1500"))

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from eosbatch.progress import Progress, format_duration, render
 from eosbatch.protocol.backfill import (
     below,
     intersect,
@@ -17,8 +18,6 @@ from eosbatch.protocol.backfill import (
 )
 from eosbatch.protocol.exceptions import InvalidRange
 from eosbatch.protocol.ranges import OffsetRange, PartitionBounds, TopicPartition
-
-from eosbatch.progress import Progress, format_duration, render
 
 pytestmark = pytest.mark.unit
 

@@ -239,7 +239,7 @@ def test_split_random_property_batches_bounded_and_cover_exactly_the_input() -> 
             assert batch
             assert sum(r.size for r in batch) <= max_records
             assert all(r.start < r.end for r in batch)
-        for batch, following in zip(batches, batches[1:]):
+        for batch, following in zip(batches, batches[1:], strict=False):
             assert len({r.tp for r in batch}) == len(batch)  # one range per partition per batch
             if sum(r.size for r in batch) < max_records:  # greedy: short only when the next range's
                 assert following[0].tp in {r.tp for r in batch}  # partition is already in it
