@@ -148,6 +148,8 @@ def backfill(pipeline_name: str, ranges: Iterable[str] | None = None, time_from:
                                   "committed ranges again would count them twice (use fill)")
     publish = (mode == "fill") if publish is None else publish
     kind: BatchKind = "backfill" if mode == "fill" else "reprocess"
+    if publish:
+        steps.check_output_topic(settings, pipeline)
     bounds = offsets.bounds(settings, pipeline.source.topics)
     requested = resolve_request(settings, pipeline, ranges, time_from, time_to, bounds)
     if not requested:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 
@@ -79,6 +80,8 @@ def _print_ranges(report: list) -> None:  # type: ignore[type-arg]
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # pipeline modules import from the current folder, as with `python -m`
     try:
         if args.command == "stack":
             if args.action == "up":

@@ -79,6 +79,7 @@ def plan(pipeline_name: str, log: Log = _quiet) -> store.Batch | None:
     """Recover, then plan the next regular batch up to the last stable offset; None when caught up."""
     settings = config.load()
     pipeline = registry.get(pipeline_name)
+    check_output_topic(settings, pipeline)
     epoch = recover(pipeline.name, log)
     bounds = offsets.bounds(settings, pipeline.source.topics)
     with store.transaction(settings) as cur:
@@ -93,6 +94,13 @@ def plan(pipeline_name: str, log: Log = _quiet) -> store.Batch | None:
     log(f"batch {batch.id}: planned {', '.join(map(str, batch.ranges))}")
     faults.point("plan.after_commit")
     return batch
+
+
+def check_output_topic(settings: config.Settings, pipeline: Pipeline) -> None:
+    """Fail fast, naming the field, when the output topic is missing: the producer would report each failed
+    delivery as retriable, and only after the batch was processed and committed."""
+    if pipeline.output is not None:
+        offsets.partitions(offsets.admin(settings), [pipeline.output.topic], field="output.topic")
 
 
 def track_partitions(cur: store.Cursor, pipeline: Pipeline, bounds: dict[Any, plan_ranges.PartitionBounds]
@@ -257,6 +265,8 @@ def publish_to_kafka(pipeline_name: str, batch_id: int, log: Log = _quiet) -> in
         return None
     if batch.state != "committed":
         raise TerminalError(f"batch {batch_id} is {batch.state}; only a committed batch can be published")
+    if pipeline.output is not None and batch.publish:
+        check_output_topic(settings, pipeline)
     produced: int | None = None  # unknown when an earlier run published: the ledger keeps it unset
     with TransactionalPublisher(settings, transactional_id(pipeline, batch)) as publisher:
         publisher.init()  # fences older publishers first: only now is the marker trustworthy

@@ -24,13 +24,13 @@ class Scenario:
     """`kind` is "totals" (accumulate sink) or "latest" (replace sink); see tests/pipelines/crash.py."""
 
     def __init__(self, settings, suffix: str, kind: str, records: int = 2400, batch: int = 1500,
-                 start: str = "earliest", seed: int | None = None) -> None:
+                 start: str = "earliest", seed: int | None = None, create_output: bool = True) -> None:
         self.settings, self.suffix, self.kind = settings, suffix, kind
         self.batch, self.start = batch, start
         self.pipeline = f"crash_{kind}_{suffix}"
         self.input = f"crash_in_{suffix}"
         self.output = f"crash_{kind}_out_{suffix}"
-        generate.ensure_topics(settings, {self.input: 3, self.output: 3})
+        generate.ensure_topics(settings, {self.input: 3, **({self.output: 3} if create_output else {})})
         self.waves = 0
         if records:
             self.produce(records, seed)

@@ -19,7 +19,7 @@ def admin(settings: Settings) -> AdminClient:
     return AdminClient(settings.kafka())
 
 
-def partitions(client: AdminClient, topics: Iterable[str]) -> list[TopicPartition]:
+def partitions(client: AdminClient, topics: Iterable[str], field: str = "source.topics") -> list[TopicPartition]:
     try:
         metadata = client.list_topics(timeout=TIMEOUT)
     except KafkaException as exc:
@@ -28,7 +28,7 @@ def partitions(client: AdminClient, topics: Iterable[str]) -> list[TopicPartitio
     for topic in topics:
         meta = metadata.topics.get(topic)
         if meta is None or meta.error is not None:
-            raise TopicMissing(f"source.topics: topic {topic!r} does not exist in Kafka")
+            raise TopicMissing(f"{field}: topic {topic!r} does not exist in Kafka")
         found.extend(TopicPartition(topic, p) for p in sorted(meta.partitions))
     return found
 

@@ -184,8 +184,10 @@ def add_partitions(cur: Cursor, pipeline: str, starts: dict[TopicPartition, int]
 
 
 def in_flight(cur: Cursor, pipeline: str) -> list[OffsetRange]:
-    """Ranges of unfinished batches that will claim coverage: no other batch may plan them meanwhile."""
-    return [r for b in open_batches(cur, pipeline) if claims_coverage(b.kind) for r in b.ranges]
+    """Ranges of batches not yet committed that will claim coverage: no other batch may plan them meanwhile.
+    (A committed batch's ranges are in the committed coverage already.)"""
+    return [r for b in open_batches(cur, pipeline) if b.state != "committed" and claims_coverage(b.kind)
+            for r in b.ranges]
 
 
 def committed_coverage(cur: Cursor, pipeline: str) -> list[OffsetRange]:

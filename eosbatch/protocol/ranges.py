@@ -124,29 +124,30 @@ def subtract(wanted: Iterable[OffsetRange], covered: Iterable[OffsetRange]) -> l
 
 
 def split(ranges: Iterable[OffsetRange], max_records: int) -> list[list[OffsetRange]]:
-    """Group ranges into batches of at most `max_records` offsets each, cutting ranges where needed."""
+    """Group ranges into batches of at most `max_records` offsets each, cutting ranges where needed.
+
+    Each batch takes from every partition that has work left, sharing the budget by water-filling as
+    regular planning does: the connector reads one range per partition per batch (one Spark task each),
+    so a batch spread over partitions runs in parallel, where one partition at a time would run serially."""
     if max_records <= 0:
         raise ValueError("max_records must be positive")
-    batches: list[list[OffsetRange]] = []
-    current: list[OffsetRange] = []
-    room = max_records
+    queues: dict[TopicPartition, list[OffsetRange]] = defaultdict(list)
     for r in sorted(ranges):
-        if any(c.tp == r.tp for c in current):
-            # One range per partition per batch: the ledger keys ranges by partition, and the connector
-            # reads one contiguous range per partition.
-            batches.append(current)
-            current, room = [], max_records
-        start = r.start
-        while start < r.end:
-            take = min(room, r.end - start)
-            current.append(r._replace(start=start, end=start + take))
-            start += take
-            room -= take
-            if room == 0:
-                batches.append(current)
-                current, room = [], max_records
-    if current:
-        batches.append(current)
+        if r.size > 0:
+            queues[r.tp].append(r)
+    batches: list[list[OffsetRange]] = []
+    while any(queues.values()):
+        heads = {tp: q[0] for tp, q in queues.items() if q}
+        shares = share_budget({tp: head.size for tp, head in heads.items()}, max_records)
+        batch = []
+        for tp in sorted(shares):
+            head, take = heads[tp], shares[tp]
+            batch.append(head._replace(end=head.start + take))
+            if take == head.size:
+                queues[tp].pop(0)
+            else:
+                queues[tp][0] = head._replace(start=head.start + take)
+        batches.append(batch)
     return batches
 
 

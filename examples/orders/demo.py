@@ -29,7 +29,7 @@ def main() -> int:
         os.environ.update(stack.up().env())
     settings = config.load()
     migrate.upgrade(settings.database_url)
-    generate.ensure_topics(settings, {"orders": 4, "customer_totals": 4, "orders_latest": 4})
+    generate.ensure_topics(settings, generate.EXAMPLE_TOPICS)
     started = time.monotonic()
     produced = generate.generate(settings, records=args.records, seed=int(time.time()))
     print(f"generated {args.records} records: {len(produced.committed)} valid orders, {produced.malformed} "

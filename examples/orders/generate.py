@@ -20,6 +20,9 @@ class Produced(NamedTuple):
     aborted: int            # records in aborted transactions: must appear nowhere
 
 
+EXAMPLE_TOPICS = {"orders": 4, "customer_totals": 4, "orders_latest": 4, "customer_totals_live": 4}
+
+
 def ensure_topics(settings: Settings, topics: dict[str, int]) -> None:
     admin = AdminClient(settings.kafka())
     existing = admin.list_topics(timeout=30).topics
@@ -126,3 +129,27 @@ def valid_orders(records: list) -> tuple[list[dict], int]:
         else:
             malformed += 1
     return orders, malformed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m examples.orders.generate --records N [--topic orders]`: more input, e.g. for a backfill demo."""
+    import argparse
+    import time
+
+    from eosbatch import config
+
+    parser = argparse.ArgumentParser(prog="python -m examples.orders.generate")
+    parser.add_argument("--records", type=int, default=10_000)
+    parser.add_argument("--topic", default="orders")
+    parser.add_argument("--partitions", type=int, default=4)
+    args = parser.parse_args(argv)
+    settings = config.load()
+    ensure_topics(settings, EXAMPLE_TOPICS)  # the examples' output topics too: eosbatch never creates topics
+    produced = generate(settings, args.topic, args.records, args.partitions, seed=int(time.time()))
+    print(f"{args.topic}: {len(produced.committed)} valid orders and {produced.malformed} malformed records "
+          f"committed, {produced.aborted} records in aborted transactions")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

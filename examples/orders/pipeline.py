@@ -40,3 +40,15 @@ orders_latest = Pipeline(
     sink=PostgresSink(table="orders_latest", key=["order_id"]),
     output=KafkaOutput(topic="orders_latest", key="order_id"),
 )
+
+# Started at the end of `orders`: it sees only what arrives after its first run, and its history comes
+# in through `eosbatch backfill` (see README: "Backfill and replay").
+order_totals_live = Pipeline(
+    name="order_totals_live",
+    source=KafkaSource(topics=["orders"], max_records_per_batch=2_000, value_schema=ORDER_SCHEMA,
+                       starting_offsets="latest"),
+    transform=to_totals,
+    sink=PostgresSink(table="customer_totals_live", key=["customer_id"], mode="accumulate",
+                      accumulate=["total_amount", "order_count"]),
+    output=KafkaOutput(topic="customer_totals_live", key="customer_id"),
+)

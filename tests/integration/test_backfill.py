@@ -180,3 +180,12 @@ def test_overlapping_ranges_in_one_request_are_refused(settings, unique):
                           "--range", f"{scenario.input}:0:40-60")
     assert result.returncode == 2 and "overlaps" in result.stderr and f"{scenario.input}:0" in result.stderr
     assert scenario.batches() == []
+
+
+def test_a_missing_output_topic_fails_fast_naming_the_field_and_plans_nothing(settings, unique):
+    scenario = Scenario(settings, unique, "totals", records=300, create_output=False)
+    for args in (["run", scenario.pipeline], ["backfill", scenario.pipeline, "--range", f"{scenario.input}:0:0-10"]):
+        result = scenario.cli(*args)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert f"output.topic: topic '{scenario.output}' does not exist" in result.stderr
+    assert scenario.batches() == []

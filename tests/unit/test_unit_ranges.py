@@ -214,9 +214,11 @@ def test_subtract_random_property_against_a_set_of_offsets_model() -> None:
 # --- split --------------------------------------------------------------------------------------------------
 
 
-def test_split_cuts_ranges_at_the_batch_size() -> None:
+def test_split_cuts_ranges_at_the_batch_size_and_spreads_each_batch_over_partitions() -> None:
     batches = split([R(A0, 0, 25), R(A1, 0, 3)], 10)
-    assert batches == [[R(A0, 0, 10)], [R(A0, 10, 20)], [R(A0, 20, 25), R(A1, 0, 3)]]
+    assert batches == [[R(A0, 0, 7), R(A1, 0, 3)], [R(A0, 7, 17)], [R(A0, 17, 25)]]
+    assert split([R(A0, 0, 100), R(A1, 0, 100), R(B0, 0, 100)], 30)[0] == [R(A0, 0, 10), R(A1, 0, 10),
+                                                                              R(B0, 0, 10)]
 
 
 def test_split_of_nothing_is_no_batches() -> None:
@@ -239,10 +241,11 @@ def test_split_random_property_batches_bounded_and_cover_exactly_the_input() -> 
             assert batch
             assert sum(r.size for r in batch) <= max_records
             assert all(r.start < r.end for r in batch)
-        for batch, following in zip(batches, batches[1:], strict=False):
+        ends = {(r.tp, r.end) for r in ranges}
+        for batch in batches:
             assert len({r.tp for r in batch}) == len(batch)  # one range per partition per batch
-            if sum(r.size for r in batch) < max_records:  # greedy: short only when the next range's
-                assert following[0].tp in {r.tp for r in batch}  # partition is already in it
+            if sum(r.size for r in batch) < max_records:  # short only when it took each range it touched
+                assert all((r.tp, r.end) in ends for r in batch)  # to that range's end
         flat = [r for batch in batches for r in batch]
         assert sum(r.size for r in flat) == sum(r.size for r in ranges)
         assert merge(flat) == ranges
