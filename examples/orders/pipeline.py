@@ -45,7 +45,7 @@ orders_latest = Pipeline(
 # in through `eosbatch backfill` (see README: "Backfill and replay").
 order_totals_live = Pipeline(
     name="order_totals_live",
-    source=KafkaSource(topics=["orders"], max_records_per_batch=2_000, value_schema=ORDER_SCHEMA,
+    source=KafkaSource(topics=["orders"], max_records_per_batch=8_000, value_schema=ORDER_SCHEMA,
                        starting_offsets="latest"),
     transform=to_totals,
     sink=PostgresSink(table="customer_totals_live", key=["customer_id"], mode="accumulate",
