@@ -23,6 +23,13 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # Dead letters a reprocess re-recorded go back to the batch whose committed range holds them.
+    op.execute("""
+        UPDATE eosbatch.dead_letters d SET batch_id = c.batch_id
+          FROM eosbatch.batches b, eosbatch.committed_ranges c
+         WHERE b.id = d.batch_id AND b.kind = 'reprocess' AND c.pipeline = d.pipeline AND c.topic = d.topic
+           AND c.partition = d.partition AND c.offsets @> d."offset"
+    """)
     op.execute("DELETE FROM eosbatch.batches WHERE kind = 'reprocess'")
     op.execute("ALTER TABLE eosbatch.batches DROP CONSTRAINT batches_kind_check")
     op.execute("ALTER TABLE eosbatch.batches ADD CONSTRAINT batches_kind_check "
