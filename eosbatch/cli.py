@@ -50,7 +50,31 @@ def _parser() -> argparse.ArgumentParser:
     abort = sub.add_parser("abort", help="abort a pipeline's unfinished (uncommitted) batches")
     abort.add_argument("pipeline")
     abort.add_argument("batch_id", nargs="?", type=int)
+    # ---- airflow: a local Airflow on the stack (eosbatch.orchestration.local)
+    airflow_cmd = sub.add_parser("airflow", help="a local Airflow (API server, scheduler, DAG processor)")
+    airflow_cmd.add_argument("action", choices=["up", "down", "status"])
+    # ---- end airflow
     return parser
+
+
+def _airflow(action: str) -> None:
+    from eosbatch.orchestration import local
+
+    if action == "up":  # progress on stderr, the exports on stdout: eval "$(eosbatch airflow up)"
+        info = local.up(log=lambda line: print(line, file=sys.stderr))
+        for key, value in {**commands.stack_env(), **info.exports()}.items():
+            print(f"export {key}={shlex.quote(value)}")
+        print(f"airflow: UI and API at {info.url}; DAGs start paused: airflow dags unpause <dag id>",
+              file=sys.stderr)
+    elif action == "down":
+        local.down()
+    else:
+        info = local.status()
+        print(f"home:   {info.home}")
+        print(f"url:    {info.url}")
+        for name, pid in info.pids.items():
+            print(f"{name + ':':<15} pid={pid or 'stopped'}")
+        print(f"health: {json.dumps(info.health) if info.health else 'no answer'}")
 
 
 def _print_status(report: dict) -> None:  # type: ignore[type-arg]
@@ -146,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                                    "in_flight": [str(r) for r in p.in_flight]} for p in coverage], indent=2))
             else:
                 _print_ranges(coverage)
+        elif args.command == "airflow":
+            _airflow(args.action)
         elif args.command == "abort":
             aborted = commands.steps.abort(args.pipeline, args.batch_id, reason="aborted by eosbatch abort",
                                            log=print)

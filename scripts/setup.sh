@@ -13,5 +13,6 @@ fi
 python=$(command -v python3.11 || command -v python3)
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[dev${EOSBATCH_EXTRAS:+,$EOSBATCH_EXTRAS}]"
+# The airflow extra is always installed: the DAG tests and `eosbatch airflow up` need it.
+.venv/bin/python -m pip install -q -e ".[dev,airflow${EOSBATCH_EXTRAS:+,$EOSBATCH_EXTRAS}]"
 echo "setup: ready ($(.venv/bin/python --version), $(java -version 2>&1 | head -1))"

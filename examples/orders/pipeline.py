@@ -4,15 +4,21 @@
 - orders_latest: the latest version of each order (replace); an order sent twice keeps its last version.
 """
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from eosbatch import KafkaOutput, KafkaSource, Pipeline, PostgresSink
+
+if TYPE_CHECKING:  # pyspark loads inside the transforms, on Spark: DAG files that import this stay light
+    from pyspark.sql import DataFrame
 
 ORDER_SCHEMA = "order_id STRING NOT NULL, customer_id STRING NOT NULL, amount DOUBLE NOT NULL, status STRING"
 
 
 def to_totals(orders: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
     return orders.groupBy("customer_id").agg(
         # decimal, not double: running totals must add up exactly, whatever the batch boundaries.
         F.sum(F.col("amount").cast("decimal(18,2)")).cast("decimal(18,2)").alias("total_amount"),

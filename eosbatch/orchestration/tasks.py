@@ -1,0 +1,136 @@
+"""What each Airflow task does: resolve the connections, call one engine function, map its errors.
+
+Plain functions, importable without Airflow at parse time: the engine (steps, commands: Spark, Kafka and
+PostgreSQL clients) is imported inside each call. Errors: a TerminalError becomes AirflowFailException
+(the task fails for good, no retries); a TransientError (or any other error) propagates, so Airflow
+retries the task. Every step is safe to re-run, so retries and re-runs never change the outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from eosbatch.orchestration import connections, params
+
+Log = Callable[[str], None]
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)
+
+
+@contextmanager
+def _terminal_fails_for_good(step: str) -> Iterator[None]:
+    from eosbatch.exceptions import TerminalError
+
+    try:
+        yield
+    except TerminalError as exc:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(f"{step}: {type(exc).__name__}: {exc} (terminal: no retry)") from exc
+
+
+def _prepare(step: str) -> None:
+    with _terminal_fails_for_good(step):
+        connections.export_settings(_log)
+
+
+# ---------------------------------------------------------------- the micro-batch DAG
+
+def plan(pipeline: str) -> int | None:
+    """Recover, then plan the next batch; its id, or None when caught up (the rest of the run is skipped)."""
+    _prepare("plan")
+    from eosbatch import steps
+
+    with _terminal_fails_for_good("plan"):
+        batch = steps.plan(pipeline, _log)
+    if batch is None:
+        _log(f"{pipeline}: caught up, nothing to plan")
+        return None
+    return batch.id
+
+
+def process(pipeline: str, batch_id: int) -> None:
+    _prepare("process")
+    from eosbatch import steps
+
+    with _terminal_fails_for_good("process"):
+        steps.process(pipeline, batch_id, _log)
+
+
+def commit(pipeline: str, batch_id: int) -> dict[str, Any]:
+    _prepare("commit")
+    from eosbatch import steps
+
+    with _terminal_fails_for_good("commit"):
+        batch = steps.commit(pipeline, batch_id, _log)
+    return {"batch": batch.id, "state": batch.state, "records_read": batch.records_read,
+            "sink_rows": batch.sink_rows, "dead_letters": batch.dead_letters}
+
+
+def publish(pipeline: str, batch_id: int) -> int | None:
+    _prepare("publish")
+    from eosbatch import steps
+
+    with _terminal_fails_for_good("publish"):
+        return steps.publish_to_kafka(pipeline, batch_id, _log)
+
+
+def finalize(pipeline: str, batch_id: int, produced: int | None) -> str:
+    _prepare("finalize")
+    from eosbatch import steps
+
+    with _terminal_fails_for_good("finalize"):
+        return steps.finalize(pipeline, batch_id, produced, _log).state
+
+
+def abort(pipeline: str, batch_id: int | None, run_id: str) -> list[int]:
+    """Abort the run's batch if it is still abortable (planned/staged); a committed batch rolls forward
+    in the next run instead. Nothing planned: nothing to do."""
+    if batch_id is None:
+        _log(f"{pipeline}: no batch was planned in this run; nothing to abort")
+        return []
+    _prepare("abort")
+    from eosbatch import steps
+
+    with _terminal_fails_for_good("abort"):
+        return steps.abort(pipeline, batch_id, reason=f"aborted by Airflow: a task of run {run_id} failed",
+                           log=_log)
+
+
+# ---------------------------------------------------------------- backfill and replay
+
+def backfill(pipeline: str, conf: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+    """Backfill the conf's ranges or time window. `dry_run` validates the request with the engine's rules
+    and shows the plan, changing nothing."""
+    request = params.backfill_request(conf)
+    _prepare("backfill")
+    from eosbatch import commands
+    from eosbatch.backfill import describe
+
+    with _terminal_fails_for_good("backfill"):
+        report = commands.backfill(pipeline, ranges=request.ranges, time_from=request.time_from,
+                                   time_to=request.time_to, mode=request.mode, publish=request.publish,
+                                   dry_run=dry_run, log=_log)
+    lines = describe(report.plan)
+    if dry_run:
+        for line in lines:
+            _log(line)
+    else:
+        _log(f"{report.batches} batches: {report.records} records read, {report.sink_rows} sink rows, "
+             f"{report.dead_letters} dead letters, {report.published} records published")
+    return {"dry_run": dry_run, "plan": lines, "batches": report.batches, "records": report.records,
+            "sink_rows": report.sink_rows, "dead_letters": report.dead_letters, "published": report.published}
+
+
+def replay(pipeline: str, batch_id: int) -> dict[str, Any]:
+    _prepare("replay")
+    from eosbatch import commands
+
+    with _terminal_fails_for_good("replay"):
+        result = commands.replay(pipeline, batch_id, log=_log)
+    _log(f"batch {batch_id}: {result.action}: {result.message}")
+    return {"action": result.action, "message": result.message, "batches": list(result.batches)}
