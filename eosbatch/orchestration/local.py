@@ -271,8 +271,8 @@ class AirflowInfo(NamedTuple):
         return self.env
 
 
-def status() -> AirflowInfo:
-    env = environment()
+def status(base: Mapping[str, str] | None = None) -> AirflowInfo:
+    env = environment(base)
     exports = {"AIRFLOW_HOME": env["AIRFLOW_HOME"], config.PIPELINES: env[config.PIPELINES],
                "PYTHONPATH": env["PYTHONPATH"]}
     running = pids()
@@ -308,15 +308,17 @@ def down(log: Log = print) -> None:
         log(f"airflow {component}: stopped" if _stop(component) else f"airflow {component}: was not running")
 
 
-def up(log: Log = print, wait: bool = True) -> AirflowInfo:
+def up(log: Log = print, wait: bool = True, base: Mapping[str, str] | None = None) -> AirflowInfo:
     """Start what is stopped (the stack first); idempotent. Components started with another environment
-    (other pipelines, ports, settings) are restarted with this one."""
+    (other pipelines, ports, settings) are restarted with this one. `base`: the environment to start them
+    with (this process's by default)."""
     started = time.monotonic()
+    base = dict(os.environ if base is None else base)
     info = stack.up(log)
-    settings = config.load({**info.env(), **os.environ})
+    settings = config.load({**info.env(), **base})
     ensure_database()
     write_config()
-    env = environment()
+    env = environment(base)
     env.setdefault(config.DATABASE_URL, settings.database_url)  # the fallback when a connection is absent
     env.setdefault(config.KAFKA_BOOTSTRAP, settings.kafka_bootstrap)
     fingerprint = _fingerprint(env)
@@ -337,4 +339,4 @@ def up(log: Log = print, wait: bool = True) -> AirflowInfo:
     if wait:
         wait_healthy()
         log(f"airflow: healthy at http://127.0.0.1:{api_port()} ({time.monotonic() - started:.1f}s)")
-    return status()
+    return status(base)

@@ -1,0 +1,52 @@
+"""Airflow tests. This process's Airflow (DagBag, dag.test()) reads the local Airflow's airflow.cfg, so
+AIRFLOW_HOME is set here, before any test module imports airflow."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from eosbatch.orchestration import local
+from tests.conftest import _unavailable
+from tests.orchestration.helpers import LocalAirflow
+
+os.environ["AIRFLOW_HOME"] = str(local.home())
+local.write_config()
+
+# One real Airflow serves the scheduler tests; each gets its own pipelines (tests/pipelines/scheduled.py).
+ROLES = {"e2e": "earliest", "kill": "earliest", "history": "latest"}
+
+
+@pytest.fixture(scope="session")
+def airflow_db(settings) -> str:
+    """The local Airflow's metadata database, migrated, with the two connections (what dag.test() needs)."""
+    try:
+        local.ensure_database()
+        local.migrate_and_connect(local.environment(), settings, log=lambda _: None)
+    except Exception as exc:  # noqa: BLE001 - reported like any unavailable service
+        _unavailable(f"airflow metadata database: {type(exc).__name__}: {exc}")
+    return local.metadata_url()
+
+
+@pytest.fixture(scope="session")
+def scheduler(settings) -> Iterator[LocalAirflow]:
+    """`eosbatch airflow up` with the test pipelines; `eosbatch airflow down` at the end of the session."""
+    suffixes = {role: uuid.uuid4().hex[:8] for role in ROLES}
+    specs = ",".join(f"{suffixes[role]}:{start}:100000" for role, start in ROLES.items())
+    base = {**os.environ, "EOSBATCH_PIPELINES": "tests.pipelines.scheduled", "EOSBATCH_TEST_SUFFIXES": specs,
+            "EOSBATCH_SPARK_MASTER": "local[2,3]",
+            # a task whose process died with the scheduler is failed (then retried) after 20 s, not 60 s
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20"}
+    try:
+        local.up(log=print, base=base)
+    except Exception as exc:  # noqa: BLE001
+        local.down(log=print)
+        _unavailable(f"local airflow: {type(exc).__name__}: {exc}")
+    airflow = LocalAirflow(settings, suffixes, base)
+    try:
+        yield airflow
+    finally:
+        local.down(log=print)

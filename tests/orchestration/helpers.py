@@ -1,0 +1,106 @@
+"""Driving the local Airflow as a user does (the `airflow` CLI) and reading its metadata database."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg2
+
+from eosbatch.config import Settings
+from eosbatch.orchestration import local
+from eosbatch.stack import processes
+
+FINAL = {"success", "failed"}
+
+
+class LocalAirflow:
+    def __init__(self, settings: Settings, suffixes: dict[str, str], base: Mapping[str, str]) -> None:
+        self.settings, self.suffixes, self.base = settings, suffixes, dict(base)
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = local.run_airflow(list(args), local.environment(self.base))
+        if check:
+            assert done.returncode == 0, f"airflow {' '.join(args)}: exit {done.returncode}\n{done.stderr[-3000:]}"
+        return done
+
+    def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        connection = psycopg2.connect(local.metadata_url().replace("postgresql+psycopg2", "postgresql"))
+        try:
+            with connection, connection.cursor() as cursor:
+                cursor.execute(sql, args)
+                return cursor.fetchall()
+        finally:
+            connection.close()
+
+    def wait_parsed(self, *dag_ids: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = {row[0] for row in self.query("SELECT dag_id FROM dag WHERE dag_id = ANY(%s)", (list(dag_ids),))}
+            if found == set(dag_ids):
+                return
+            time.sleep(1)
+        raise AssertionError(f"the DAG processor did not parse {sorted(set(dag_ids) - found)} in {timeout:.0f}s")
+
+    def unpause(self, dag_id: str) -> None:
+        self.wait_parsed(dag_id)
+        self.cli("dags", "unpause", dag_id)
+
+    def trigger(self, dag_id: str, run_id: str, conf: dict[str, Any] | None = None) -> None:
+        args = ["dags", "trigger", dag_id, "--run-id", run_id]
+        self.cli(*args, *(["--conf", json.dumps(conf)] if conf is not None else []))
+
+    def run_state(self, dag_id: str, run_id: str) -> str | None:
+        rows = self.query("SELECT state FROM dag_run WHERE dag_id = %s AND run_id = %s", (dag_id, run_id))
+        return rows[0][0] if rows else None
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float = 600) -> str:
+        deadline = time.monotonic() + timeout
+        state = None
+        while time.monotonic() < deadline:
+            state = self.run_state(dag_id, run_id)
+            if state in FINAL:
+                return state
+            time.sleep(1)
+        raise AssertionError(f"{dag_id} {run_id}: still {state} after {timeout:.0f}s; tasks: "
+                             f"{self.tasks(dag_id, run_id)}")
+
+    def tasks(self, dag_id: str, run_id: str) -> dict[str, tuple[str | None, int, float | None]]:
+        """task id -> (state, try number, duration in seconds) from the task_instance table."""
+        rows = self.query("SELECT task_id, state, try_number, EXTRACT(EPOCH FROM end_date - start_date) "
+                          "FROM task_instance WHERE dag_id = %s AND run_id = %s", (dag_id, run_id))
+        return {task: (state, tries, None if took is None else round(float(took), 2)) for task, state, tries, took
+                in rows}
+
+    def task_state(self, dag_id: str, run_id: str, task_id: str) -> str | None:
+        return self.tasks(dag_id, run_id).get(task_id, (None, 0, None))[0]
+
+    def timeline(self, dag_id: str, run_id: str) -> str:
+        """The run's tasks in start order, for the test output (and the closing note)."""
+        rows = self.query("SELECT task_id, state, try_number, start_date, end_date FROM task_instance "
+                          "WHERE dag_id = %s AND run_id = %s ORDER BY start_date NULLS LAST, task_id", (dag_id, run_id))
+        run = self.query("SELECT state, start_date, end_date FROM dag_run WHERE dag_id = %s AND run_id = %s",
+                         (dag_id, run_id))[0]
+        lines = [f"{dag_id} {run_id}: {run[0]} in {(run[2] - run[1]).total_seconds():.1f}s"]
+        for task, state, tries, start, end in rows:
+            took = f"{(end - start).total_seconds():6.2f}s" if start and end else "      -"
+            offset = f"+{(start - run[1]).total_seconds():5.1f}s" if start else "      "
+            lines.append(f"  {task:<9} {state or '-':<16} try {tries}  start {offset}  took {took}")
+        return "\n".join(lines)
+
+    def kill_scheduler(self) -> int:
+        """SIGKILL the scheduler's whole process group: its executor workers, the task processes and their
+        Spark drivers die with it, as in a machine crash."""
+        pid = processes.read_pid(local.pid_file("scheduler"))
+        assert pid is not None, "the scheduler is not running"
+        os.killpg(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while processes.alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not processes.alive(pid)
+        return pid

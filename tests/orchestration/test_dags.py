@@ -1,0 +1,118 @@
+"""The DAG file parses with no import errors into the expected DAGs, and parsing stays light."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+ROOT = Path(__file__).resolve().parents[2]
+DAG_FILE = ROOT / "dags" / "eosbatch_dags.py"
+PIPELINES = ["order_totals", "orders_latest"]
+
+
+def check_conf(dag, conf: dict) -> None:
+    """What Airflow does with a triggered run's conf: merge it into the params and validate them all."""
+    params = copy.deepcopy(dag.params)
+    params.update(conf)
+    params.validate()
+
+
+@pytest.fixture(scope="module")
+def dagbag(airflow_db):  # DagBag reads airflow.cfg, whose metadata database must exist
+    from airflow.dag_processing.dagbag import DagBag
+
+    before = os.environ.get("EOSBATCH_PIPELINES")
+    os.environ["EOSBATCH_PIPELINES"] = "examples.orders.pipeline"
+    try:
+        return DagBag(dag_folder=str(DAG_FILE))
+    finally:
+        if before is None:
+            os.environ.pop("EOSBATCH_PIPELINES")
+        else:
+            os.environ["EOSBATCH_PIPELINES"] = before
+
+
+def test_dag_file_imports_without_errors_into_three_dags_per_pipeline(dagbag) -> None:
+    assert dagbag.import_errors == {}
+    expected = {f"eosbatch__{p}{kind}" for p in PIPELINES for kind in ("", "__backfill", "__replay")}
+    assert set(dagbag.dag_ids) == expected
+
+
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_micro_batch_dag(dagbag, pipeline) -> None:
+    dag = dagbag.get_dag(f"eosbatch__{pipeline}")
+    assert dag.max_active_runs == 1 and dag.catchup is False
+    assert set(dag.task_ids) == {"plan", "process", "commit", "publish", "finalize", "abort"}
+    chain = ["plan", "process", "commit", "publish", "finalize"]
+    for upstream, downstream in zip(chain, chain[1:], strict=False):
+        assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
+    abort = dag.get_task("abort")
+    assert abort.trigger_rule == "one_failed"
+    assert abort.upstream_task_ids == {"process", "commit"}
+    assert "abort" not in dag.get_task("publish").downstream_task_ids  # a committed batch only rolls forward
+    assert type(dag.get_task("plan")).__name__ == "_ShortCircuitDecoratedOperator"
+    for task in dag.tasks:
+        assert task.retries >= 1, task.task_id
+
+
+def test_backfill_dag_params_are_validated_json_schemas(dagbag) -> None:
+    dag = dagbag.get_dag("eosbatch__order_totals__backfill")
+    assert set(dag.task_ids) == {"plan", "backfill"}
+    assert "backfill" in dag.get_task("plan").downstream_task_ids
+    assert dag.max_active_runs == 1 and dag.get_task("plan").retries == 0  # a refused request fails at once
+    schema = {name: dag.params.get_param(name).schema for name in dag.params}
+    assert set(schema) == {"ranges", "from", "to", "mode", "publish"}
+    assert schema["mode"]["enum"] == ["fill", "reprocess"]
+    from airflow.sdk.exceptions import ParamValidationError
+
+    check_conf(dag, {"ranges": ["orders:0:0-10"], "mode": "fill"})
+    check_conf(dag, {"from": "2026-11-22T00:00:00Z", "to": "2026-11-22T01:00:00Z", "publish": False})
+    for bad in ({"mode": "fast"}, {"ranges": ["orders:0:x-1"]}, {"from": "yesterday"}, {"publish": "no"}):
+        with pytest.raises(ParamValidationError):
+            check_conf(dag, bad)
+
+
+def test_replay_dag_requires_an_integer_batch_id(dagbag) -> None:
+    from airflow.sdk.exceptions import ParamValidationError
+
+    dag = dagbag.get_dag("eosbatch__orders_latest__replay")
+    assert dag.task_ids == ["replay"]
+    check_conf(dag, {"batch_id": 3})
+    for conf in ({}, {"batch_id": "three"}, {"batch_id": 0}):
+        with pytest.raises(ParamValidationError, match="batch_id"):
+            check_conf(dag, conf)
+
+
+def test_parsing_the_dag_file_imports_nothing_heavy(tmp_path) -> None:
+    """A fresh AIRFLOW_HOME (SQLite metadata) so that Airflow itself loads no PostgreSQL driver: what is
+    imported then is the DAG file's doing."""
+    probe = (
+        "import json, runpy, sys\n"
+        f"found = runpy.run_path({str(DAG_FILE)!r})\n"
+        "heavy = [m for m in ('pyspark', 'py4j', 'confluent_kafka', 'psycopg2', 'eosbatch.steps', 'eosbatch.kafka',"
+        " 'eosbatch.ledger') if m in sys.modules]\n"
+        "print(json.dumps({'dags': sorted(k for k in found if k.startswith('eosbatch__')), 'heavy': heavy}))\n"
+    )
+    env = {**os.environ, "EOSBATCH_PIPELINES": "examples.orders.pipeline", "PYTHONPATH": str(ROOT),
+           "AIRFLOW_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(result["dags"]) == 6
+    assert result["heavy"] == []
+
+
+def test_a_broken_pipeline_module_is_an_import_error_naming_it(tmp_path) -> None:
+    env = {**os.environ, "EOSBATCH_PIPELINES": "no_such_module_xyz", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(DAG_FILE)], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode != 0
+    assert "EOSBATCH_PIPELINES: cannot import 'no_such_module_xyz'" in done.stderr

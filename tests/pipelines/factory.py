@@ -1,0 +1,28 @@
+"""The test pipelines over one input topic `crash_in_<suffix>`, one per sink mode; nothing registers until
+`make` is called (each module that calls it decides which suffixes exist)."""
+
+from examples.orders.pipeline import ORDER_SCHEMA, to_latest, to_totals
+
+from eosbatch import KafkaOutput, KafkaSource, Pipeline, PostgresSink
+
+
+def make(suffix: str, batch: int = 1500, start: str = "earliest") -> tuple[Pipeline, Pipeline]:
+    """(crash_totals_<suffix>, crash_latest_<suffix>); `start` "latest": a pipeline started at the end."""
+    totals = Pipeline(
+        name=f"crash_totals_{suffix}",
+        source=KafkaSource(topics=[f"crash_in_{suffix}"], max_records_per_batch=batch, value_schema=ORDER_SCHEMA,
+                           starting_offsets=start),  # type: ignore[arg-type]
+        transform=to_totals,
+        sink=PostgresSink(table=f"crash_totals_{suffix}", key=["customer_id"], mode="accumulate",
+                          accumulate=["total_amount", "order_count"]),
+        output=KafkaOutput(topic=f"crash_totals_out_{suffix}", key="customer_id"),
+    )
+    latest = Pipeline(
+        name=f"crash_latest_{suffix}",
+        source=KafkaSource(topics=[f"crash_in_{suffix}"], max_records_per_batch=batch, value_schema=ORDER_SCHEMA,
+                           starting_offsets=start),  # type: ignore[arg-type]
+        transform=to_latest,
+        sink=PostgresSink(table=f"crash_latest_{suffix}", key=["order_id"]),
+        output=KafkaOutput(topic=f"crash_latest_out_{suffix}", key="order_id"),
+    )
+    return totals, latest

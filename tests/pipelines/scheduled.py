@@ -1,0 +1,14 @@
+"""Pipelines for the tests through a real Airflow: one scheduler serves several tests at once, so every
+entry of EOSBATCH_TEST_SUFFIXES ("suffix[:start[:batch]]", comma-separated) gets the crash-test pipelines
+(tests/pipelines/factory.py), named as tests/scenario.py expects."""
+
+import os
+
+from tests.pipelines.factory import make
+
+SPECS = [spec.strip() for spec in os.environ.get("EOSBATCH_TEST_SUFFIXES", "").split(",") if spec.strip()]
+
+for spec in SPECS:
+    suffix, _, rest = spec.partition(":")
+    start, _, batch = rest.partition(":")
+    make(suffix, int(batch or 1500), start or "earliest")
