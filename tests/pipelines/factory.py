@@ -1,9 +1,8 @@
 """The test pipelines over one input topic `crash_in_<suffix>`, one per sink mode; nothing registers until
 `make` is called (each module that calls it decides which suffixes exist)."""
 
-from examples.orders.pipeline import ORDER_SCHEMA, to_latest, to_totals
-
 from eosbatch import KafkaOutput, KafkaSource, Pipeline, PostgresSink
+from examples.orders.pipeline import ORDER_SCHEMA, to_latest, to_totals
 
 
 def make(suffix: str, batch: int = 1500, start: str = "earliest") -> tuple[Pipeline, Pipeline]:
