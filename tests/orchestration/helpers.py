@@ -94,8 +94,9 @@ class LocalAirflow:
         return "\n".join(lines)
 
     def kill_scheduler(self) -> int:
-        """SIGKILL the scheduler's whole process group: its executor workers, the task processes and their
-        Spark drivers die with it, as in a machine crash."""
+        """SIGKILL the scheduler's process group: the scheduler, its executor workers and their task
+        supervisors. Task processes (and their Spark drivers) run in process groups of their own and live on,
+        orphaned, like the work of a crashed scheduler on a surviving machine."""
         pid = processes.read_pid(local.pid_file("scheduler"))
         assert pid is not None, "the scheduler is not running"
         os.killpg(pid, signal.SIGKILL)

@@ -1,0 +1,126 @@
+"""End to end through a real Airflow (`eosbatch airflow up`: API server, scheduler, DAG processor,
+LocalExecutor, metadata in the stack's PostgreSQL): runs are triggered with the `airflow` CLI as a user
+does, their states read from Airflow's metadata database, and the results checked exactly-once in the sink
+and in the output topic read with read_committed."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from eosbatch import faults
+from eosbatch.kafka.offsets import bounds
+from eosbatch.orchestration import local
+from eosbatch.stack import home as stack_home
+from tests.orchestration.helpers import LocalAirflow
+from tests.scenario import Scenario
+
+pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
+SKIPPED_AFTER_PLAN = {"process", "commit", "publish", "finalize", "abort"}
+
+
+def states(airflow: LocalAirflow, dag: str, run: str) -> dict[str, str | None]:
+    return {task: state for task, (state, _, _) in airflow.tasks(dag, run).items()}
+
+
+def run_to_end(airflow: LocalAirflow, dag: str, run: str, conf: dict | None = None) -> str:
+    airflow.trigger(dag, run, conf)
+    state = airflow.wait_run(dag, run)
+    print(airflow.timeline(dag, run))
+    return state
+
+
+def test_micro_batch_dag_through_the_real_scheduler_is_exactly_once(scheduler: LocalAirflow, settings) -> None:
+    scenario = Scenario(settings, scheduler.suffixes["e2e"], "totals", batch=100_000)
+    dag = f"eosbatch__{scenario.pipeline}"
+    scheduler.unpause(dag)
+
+    assert run_to_end(scheduler, dag, "e2e-1") == "success"
+    assert states(scheduler, dag, "e2e-1") == {"plan": "success", "process": "success", "commit": "success",
+                                               "publish": "success", "finalize": "success", "abort": "skipped"}
+    scenario.assert_exactly_once()
+
+    assert run_to_end(scheduler, dag, "e2e-2") == "success"  # caught up: plan finds nothing, the rest skips
+    assert states(scheduler, dag, "e2e-2") == {"plan": "success", **dict.fromkeys(SKIPPED_AFTER_PLAN, "skipped")}
+    assert scenario.states() == ["published"]
+    scenario.assert_exactly_once()
+    print(f"exactly-once: OK for {scenario.pipeline}: batches {scenario.batches()}")
+
+
+def test_scheduler_killed_mid_process_then_runs_recover_exactly_once(scheduler: LocalAirflow, settings) -> None:
+    scenario = Scenario(settings, scheduler.suffixes["kill"], "totals", batch=100_000)
+    dag = f"eosbatch__{scenario.pipeline}"
+    scheduler.unpause(dag)
+    scheduler.trigger(dag, "kill-1")
+
+    # Wait until the Spark driver of the planned batch is at work, then kill the scheduler's process group.
+    deadline = time.monotonic() + 240
+    spark_log = None
+    while time.monotonic() < deadline:
+        batches = scenario.batches()
+        if batches and scheduler.task_state(dag, "kill-1", "process") == "running":
+            spark_log = stack_home() / "logs" / f"{scenario.pipeline}-batch-{batches[0][0]}.log"
+            if spark_log.exists() and "SparkContext: Running Spark version" in spark_log.read_text(errors="replace"):
+                break
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"process never started: {scheduler.tasks(dag, 'kill-1')}")
+    time.sleep(3)
+    killed = scheduler.kill_scheduler()
+    # The task process and its Spark driver run in a process group of their own: they outlive the scheduler
+    # as a zombie that may still stage the batch while Airflow retries the task. The protocol settles it.
+    print(f"killed the scheduler (pid {killed}) and its process group while `process` ran; ledger: "
+          f"{scenario.batches()}")
+    assert scenario.states() == ["planned"]  # nothing staged, nothing committed
+
+    local.up(log=print, base=scheduler.base)  # starts the scheduler again; the rest kept running
+    final = scheduler.wait_run(dag, "kill-1", timeout=600)
+    print(f"interrupted run kill-1 ended {final}:\n{scheduler.timeline(dag, 'kill-1')}")
+    assert run_to_end(scheduler, dag, "kill-2") == "success"
+    print(f"ledger after recovery: {scenario.batches()}")
+    assert "published" in scenario.states()
+    scenario.assert_exactly_once()
+
+
+def test_backfill_and_replay_dags_through_the_real_scheduler(scheduler: LocalAirflow, settings) -> None:
+    """A pipeline started at the end of a topic with history. A backfill batch of partition 0 dies in Spark
+    and is aborted; the replay DAG runs it again; the backfill DAG fills the rest; a regular run takes what
+    arrives later. Invalid conf is refused when triggered, with the reason, and creates no run."""
+    scenario = Scenario(settings, scheduler.suffixes["history"], "latest", batch=100_000, start="latest")
+    micro, backfill, replay = (f"eosbatch__{scenario.pipeline}{kind}" for kind in ("", "__backfill", "__replay"))
+    for dag in (micro, backfill, replay):
+        scheduler.unpause(dag)
+
+    for run, dag, conf, reason in [
+        ("bad-1", backfill, {"ranges": [f"{scenario.input}:0:0-x"]}, "Invalid input for param ranges"),
+        ("bad-2", backfill, {"mode": "fast"}, "Invalid input for param mode"),
+        ("bad-3", replay, {}, "Invalid input for param batch_id"),
+    ]:
+        refused = scheduler.cli("dags", "trigger", dag, "--run-id", run, "--conf", json.dumps(conf), check=False)
+        assert refused.returncode != 0 and reason in refused.stdout + refused.stderr, refused.stderr[-2000:]
+        assert scheduler.run_state(dag, run) is None
+        print(f"refused at trigger: {dag} --conf {json.dumps(conf)}: "
+              f"{next(line for line in refused.stderr.splitlines() if reason in line)}")
+
+    ends = {tp.partition: b.stable for tp, b in bounds(settings, [scenario.input]).items()}
+    crashed = scenario.cli("backfill", scenario.pipeline, "--range", f"{scenario.input}:0:0-{ends[0]}",
+                           fault="process.before_staged")
+    assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-2000:]
+    (failed, kind, state), = scenario.batches()
+    assert (kind, state) == ("backfill", "planned")
+    assert scenario.cli("abort", scenario.pipeline, str(failed)).returncode == 0
+
+    assert run_to_end(scheduler, replay, "replay-1", {"batch_id": failed}) == "success"
+    assert [(k, s) for _, k, s in scenario.batches()] == [("backfill", "aborted"), ("replay", "published")]
+
+    everything = [f"{scenario.input}:{p}:0-{end}" for p, end in sorted(ends.items())]
+    assert run_to_end(scheduler, backfill, "fill-1", {"ranges": everything}) == "success"
+    assert [(k, s) for _, k, s in scenario.batches()][2:] == [("backfill", "published")]
+
+    scenario.produce(300)
+    assert run_to_end(scheduler, micro, "micro-1") == "success"
+    assert scenario.batches()[-1][1:] == ("regular", "published")
+    scenario.assert_exactly_once(from_log_start=True)
+    print(f"exactly-once: OK for {scenario.pipeline}: batches {scenario.batches()}")
