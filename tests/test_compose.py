@@ -325,3 +325,24 @@ def test_published_host_ports_do_not_collide(services: dict[str, Any]) -> None:
     assert {29092, 25432, 8080} <= set(published)
     assert published_host_ports(services["postgres"]) == [25432]
     assert published_host_ports(services["airflow-apiserver"]) == [8080]
+
+
+def test_airflow_connections_are_the_ones_the_dags_resolve(services: dict[str, Any]) -> None:
+    """The DAG tasks read `eosbatch_postgres` and `eosbatch_kafka`; compose defines them as AIRFLOW_CONN_*,
+    and they convert to the same settings as the services' EOSBATCH_* variables."""
+    import json
+    from types import SimpleNamespace
+
+    from eosbatch.orchestration import connections
+
+    for name in AIRFLOW:
+        variables = env(services[name])
+        pg = urlsplit(variables[f"AIRFLOW_CONN_{connections.POSTGRES_CONN_ID.upper()}"])
+        as_conn = SimpleNamespace(conn_type=pg.scheme, host=pg.hostname, port=pg.port, login=pg.username,
+                                  password=pg.password, schema=pg.path.lstrip("/"), extra=None)
+        assert connections.postgres_env(as_conn).env == {"EOSBATCH_DATABASE_URL": variables["EOSBATCH_DATABASE_URL"]}
+        kafka = json.loads(variables[f"AIRFLOW_CONN_{connections.KAFKA_CONN_ID.upper()}"])
+        assert kafka["conn_type"] == "kafka"
+        as_conn = SimpleNamespace(conn_type="kafka", host=None, port=None, login=None, password=None, schema=None,
+                                  extra=json.dumps(kafka["extra"]))
+        assert connections.kafka_env(as_conn).env["EOSBATCH_KAFKA_BOOTSTRAP"] == variables["EOSBATCH_KAFKA_BOOTSTRAP"]
