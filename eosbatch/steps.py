@@ -174,6 +174,13 @@ def process(pipeline_name: str, batch_id: int, log: Log = _quiet) -> None:
         return
     if done.returncode == faults.EXIT_CODE:
         faults.die("process (the Spark driver was killed by a fault)")  # the runner dies with it
+    with store.transaction(settings) as cur:
+        now = store.get_batch(cur, batch_id)
+    if now.state == "staged":
+        # Another driver of this batch (a task retried while the killed task's driver lived on) staged it
+        # first; its rows and writers are recorded (the commit still checks the epoch): done, not failed.
+        log(f"batch {batch_id}: staged by another attempt while this one ran; nothing more to process")
+        return
     reason = _last_line(run.log, "eosbatch: ") or f"spark-submit exited {done.returncode}"
     error = TerminalError if done.returncode == 2 else TransientError
     raise error(f"process: {reason} (log: {run.log})")
