@@ -19,6 +19,28 @@ StartingOffsets = Literal["earliest", "latest"]
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# The columns every record already has before its value's fields are added (and eosbatch's own).
+KAFKA_COLUMNS = ("topic", "partition", "offset", "timestamp", "timestampType", "key", "value", "headers")
+
+
+def ddl_field_names(ddl: str) -> list[str]:
+    """The top-level field names of a Spark DDL schema ("a INT, b DECIMAL(18,2), c STRUCT<x: INT>")."""
+    names, depth, piece = [], 0, ""
+    for char in ddl + ",":
+        if char in "<(":
+            depth += 1
+        elif char in ">)":
+            depth -= 1
+        if char == "," and depth == 0:
+            text = piece.strip()
+            if text.startswith("`"):
+                names.append(text[1:text.index("`", 1)])
+            elif text:
+                names.append(text.split()[0].rstrip(":"))
+            piece = ""
+        else:
+            piece += char
+    return names
 # Columns eosbatch adds to staging tables; a sink may not use them.
 RESERVED_COLUMNS = frozenset({"_eosbatch_batch", "_eosbatch_writer"})
 
@@ -72,6 +94,12 @@ class KafkaSource:
                                                          f"{self.starting_offsets!r}")
         if self.value_schema is not None and (not isinstance(self.value_schema, str) or not self.value_schema):
             raise ConfigError("source.value_schema", "must be a Spark DDL string such as 'id STRING, n INT'")
+        if self.value_schema is not None:
+            taken = {c.lower() for c in KAFKA_COLUMNS} | {"_eosbatch_error"}
+            clashes = [n for n in ddl_field_names(self.value_schema) if n.lower() in taken]
+            if clashes:
+                raise ConfigError("source.value_schema", f"field(s) {', '.join(clashes)} collide with the record's "
+                                  f"Kafka columns ({', '.join(KAFKA_COLUMNS)}); parse such values in the transform")
 
 
 @dataclass(frozen=True)

@@ -205,3 +205,22 @@ def test_order_columns_are_empty_without_both_position_columns() -> None:
     p = pipeline()
     assert order_columns(p, ["id", "partition", "n"]) == ()
     assert order_columns(p, ["id", "offset"]) == ()
+
+
+@pytest.mark.parametrize(("ddl", "names"), [
+    ("a INT, b DECIMAL(18,2) NOT NULL, `c d` STRING", ["a", "b", "c d"]),
+    ("s STRUCT<x: INT, y: MAP<STRING, INT>>, t ARRAY<STRING>", ["s", "t"]),
+])
+def test_ddl_field_names_splits_only_top_level_commas(ddl, names):
+    from eosbatch.pipeline import ddl_field_names
+
+    assert ddl_field_names(ddl) == names
+
+
+@pytest.mark.parametrize("field", ["key", "Offset", "headers", "_eosbatch_error"])
+def test_value_schema_fields_may_not_collide_with_kafka_columns(field):
+    from eosbatch import KafkaSource
+    from eosbatch.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match=f"source.value_schema: field\\(s\\) {field} collide"):
+        KafkaSource(topics=["t"], value_schema=f"id STRING, {field} STRING")
