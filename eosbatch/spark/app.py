@@ -47,8 +47,13 @@ def process(pipeline_name: str, batch_id: int, log: Any = print) -> dict[str, in
     parsed = reader.parse(raw, pipeline.source).persist(StorageLevel.MEMORY_AND_DISK)
     dsn = settings.psycopg_dsn
     try:
-        dead = parsed.select("topic", "partition", "offset", "key", "value", reader.ERROR_COLUMN).rdd.mapPartitions(
-            copy_partition(dsn, "eosbatch.staged_dead_letters", app_id, batch_id, _dead_letter_row)).collect()
+        records_read = parsed.count()
+        # Only the malformed records cross into Python: the filter runs in the JVM (a Python pass over every
+        # record just to find the few bad ones took a third of the step).
+        dead = (parsed.where(F.col(reader.ERROR_COLUMN).isNotNull())
+                .select("topic", "partition", "offset", "key", "value", reader.ERROR_COLUMN).rdd
+                .mapPartitions(copy_partition(dsn, "eosbatch.staged_dead_letters", app_id, batch_id,
+                                              _dead_letter_row)).collect())
         good = parsed.where(F.col(reader.ERROR_COLUMN).isNull()).drop(reader.ERROR_COLUMN)
         result = pipeline.transform(good)
         columns = schema.columns(result.schema)
@@ -62,7 +67,7 @@ def process(pipeline_name: str, batch_id: int, log: Any = print) -> dict[str, in
         parsed.unpersist()
         spark.stop()
     writers = {"sink": _tags(staged), "dead_letters": _tags(dead)}
-    counts = {"records_read": sum(r.seen for r in dead), "sink_rows_staged": sum(r.rows for r in staged),
+    counts = {"records_read": records_read, "sink_rows_staged": sum(r.rows for r in staged),
               "dead_letters": sum(r.rows for r in dead)}
     faults.point("process.before_staged")
     with store.transaction(settings) as cur:

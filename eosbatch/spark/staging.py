@@ -20,7 +20,6 @@ from eosbatch import faults
 class WriterResult(NamedTuple):
     writer: str
     rows: int
-    seen: int  # records the task looked at (for the dead-letter pass: all records read)
 
 
 def _text(value: Any) -> str:
@@ -55,9 +54,8 @@ def copy_partition(dsn: str, table_sql: str, app_id: str, batch_id: int,
         writer = f"{app_id}:{partition}:{attempt}"
         prefix = f"{batch_id}\t{writer}\t"
         buffer = io.StringIO()
-        written = seen = 0
+        written = 0
         for row in rows:
-            seen += 1
             values = to_row(row)
             if values is None:
                 continue
@@ -73,6 +71,6 @@ def copy_partition(dsn: str, table_sql: str, app_id: str, batch_id: int,
                 connection.close()
         if attempt == 0 and partition == 0:
             faults.point("process.mid_staging")  # rows are committed in staging; this attempt now dies
-        yield WriterResult(writer, written, seen)
+        yield WriterResult(writer, written)
 
     return write
