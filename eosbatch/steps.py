@@ -23,7 +23,7 @@ import psycopg2.extras
 from eosbatch import config, faults, registry
 from eosbatch.exceptions import TerminalError, TransientError
 from eosbatch.kafka import marker, offsets
-from eosbatch.kafka.publisher import TransactionalPublisher
+from eosbatch.kafka.publisher import Headers, TransactionalPublisher
 from eosbatch.ledger import sinks, store
 from eosbatch.ledger.exceptions import OffsetMismatch, RangeConflict, StaleEpoch
 from eosbatch.pipeline import Pipeline
@@ -284,7 +284,7 @@ def publish_to_kafka(pipeline_name: str, batch_id: int, log: Log = _quiet) -> in
             publisher.begin()
             produced = 0
             if pipeline.output is not None and batch.publish:
-                headers = [(HEADER_PIPELINE, pipeline.name.encode()), (HEADER_BATCH, str(batch_id).encode())]
+                headers: Headers = [(HEADER_PIPELINE, pipeline.name.encode()), (HEADER_BATCH, str(batch_id).encode())]
                 produced = publisher.produce(pipeline.output.topic,
                                              _outbox(settings, pipeline, batch_id, batch.writer_tags("sink")),
                                              headers)

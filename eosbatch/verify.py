@@ -43,12 +43,17 @@ def read_topic(settings: Settings, topic: str, isolation: str = "read_committed"
         message = client.poll(10)
         if message is None:
             break
-        if message.error():
-            if message.error().code() == -191:  # _PARTITION_EOF: this partition is read to its end
-                done.add(message.partition())
+        partition, offset, error = message.partition(), message.offset(), message.error()
+        assert partition is not None, "a consumed message or partition EOF names its partition"
+        if error is not None:
+            if error.code() == -191:  # _PARTITION_EOF: this partition is read to its end
+                done.add(partition)
             continue
-        records.append(Record(message.partition(), message.offset(), message.key(), message.value(),
-                              dict(message.headers() or [])))
+        assert offset is not None
+        raw = message.headers() or []
+        pairs = raw.items() if isinstance(raw, dict) else raw
+        headers = {name: value if isinstance(value, bytes) else (value or "").encode() for name, value in pairs}
+        records.append(Record(partition, offset, message.key(), message.value(), headers))
     client.close()
     return records
 

@@ -21,6 +21,9 @@ from eosbatch.protocol.ranges import OffsetRange
 TIMEOUT = 60.0
 
 
+
+Headers = list[tuple[str, str | bytes | None]]  # what Producer.produce takes
+
 class TxnState(enum.Enum):
     NEW = "new"              # producer not created yet
     READY = "ready"          # init_transactions() done: older publishers fenced, their transactions settled
@@ -80,7 +83,7 @@ class TransactionalPublisher:
             raise self._fail(exc, "begin_transaction") from exc
         self.state = TxnState.IN_TXN
 
-    def produce(self, topic: str, records: Iterable[tuple[bytes | None, bytes]], headers: list[tuple[str, bytes]]
+    def produce(self, topic: str, records: Iterable[tuple[bytes | None, bytes]], headers: Headers
                 ) -> int:
         self._require(TxnState.IN_TXN)
         producer = self._producer

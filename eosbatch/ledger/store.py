@@ -6,7 +6,7 @@ import contextlib
 import json
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 import psycopg2
 import psycopg2.extensions
@@ -20,7 +20,7 @@ from eosbatch.protocol.states import BatchKind, BatchState, Lane, check_transiti
 # Each lane's epoch column; fixed names, never input.
 _EPOCH_COLUMN: dict[Lane, str] = {"regular": "epoch", "backfill": "backfill_epoch"}
 
-Cursor = psycopg2.extensions.cursor
+Cursor: TypeAlias = psycopg2.extensions.cursor
 
 
 class Batch(NamedTuple):
@@ -111,7 +111,7 @@ def _batches(cur: Cursor, where: str, params: tuple[Any, ...]) -> list[Batch]:
     cur.execute(f"SELECT {_BATCH_COLUMNS} FROM eosbatch.batches WHERE {where}", params)  # noqa: S608
     rows = cur.fetchall()
     ranges = _ranges(cur, [r[0] for r in rows]) if rows else {}
-    return [Batch(*row, ranges=ranges[row[0]]) for row in rows]
+    return [Batch._make((*row, ranges[row[0]])) for row in rows]
 
 
 def get_batch(cur: Cursor, batch_id: int, lock: bool = False) -> Batch:

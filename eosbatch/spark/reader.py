@@ -51,6 +51,7 @@ def parse(df: DataFrame, source: KafkaSource) -> DataFrame:
     if source.value_schema is None:
         return df.withColumn(ERROR_COLUMN, F.lit(None).cast("string"))
     declared = StructType.fromDDL(source.value_schema)
+    assert isinstance(declared, StructType), "a DDL field list parses to a struct"
     # Parsed as nullable so that a missing required field is reported by name instead of failing the read.
     relaxed = StructType([StructField(f.name, f.dataType, True) for f in declared.fields]
                          + [StructField(_CORRUPT, StringType(), True)])

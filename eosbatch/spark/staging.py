@@ -50,6 +50,7 @@ def copy_partition(dsn: str, table_sql: str, app_id: str, batch_id: int,
         from pyspark import TaskContext
 
         context = TaskContext.get()
+        assert context is not None, "copy_partition runs inside a Spark task"
         partition, attempt = context.partitionId(), context.attemptNumber()
         writer = f"{app_id}:{partition}:{attempt}"
         prefix = f"{batch_id}\t{writer}\t"
