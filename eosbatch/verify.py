@@ -5,6 +5,7 @@ Used by the demo, the tests and the benchmark; it reads Kafka with read_committe
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import NamedTuple
 
@@ -25,7 +26,8 @@ class Record(NamedTuple):
     headers: dict[str, bytes]
 
 
-def read_topic(settings: Settings, topic: str, isolation: str = "read_committed") -> list[Record]:
+def read_topic(settings: Settings, topic: str, isolation: str = "read_committed", timeout: float = 120.0
+               ) -> list[Record]:
     """Every record of `topic` that a consumer with `isolation` sees, from the start to the end offsets."""
     client = Consumer(settings.kafka(**{"group.id": "eosbatch-verify", "enable.auto.commit": False,
                                         "isolation.level": isolation, "enable.partition.eof": True}))
@@ -39,10 +41,15 @@ def read_topic(settings: Settings, topic: str, isolation: str = "read_committed"
         return records
     client.assign(assigned)
     done: set[int] = set()
+    deadline = time.monotonic() + timeout
     while len(done) < len(assigned):
-        message = client.poll(10)
+        message = client.poll(1)
         if message is None:
-            break
+            if time.monotonic() > deadline:  # a partial read would make the check wrong: say so instead
+                client.close()
+                raise TimeoutError(f"read_topic({topic!r}): partitions {sorted(done)} of "
+                                   f"{[tp.partition for tp in assigned]} read to their end in {timeout:.0f} s")
+            continue
         partition, offset, error = message.partition(), message.offset(), message.error()
         assert partition is not None, "a consumed message or partition EOF names its partition"
         if error is not None:
