@@ -14,7 +14,7 @@ from eosbatch import config, registry, steps
 from eosbatch.exceptions import ConfigError
 from eosbatch.kafka import offsets
 from eosbatch.ledger import store
-from eosbatch.ledger.exceptions import BatchNotFound, OffsetMismatch, RangeConflict, StaleEpoch
+from eosbatch.ledger.exceptions import BatchNotFound, OffsetMismatch, RangeConflict
 from eosbatch.pipeline import Pipeline
 from eosbatch.progress import Progress
 from eosbatch.protocol.backfill import (
@@ -92,8 +92,7 @@ def _next_offsets(cur: store.Cursor, pipeline: Pipeline, bounds: dict[TopicParti
         steps.track_partitions(cur, pipeline, bounds)
         return store.next_offsets(cur, pipeline.name)
     known = store.next_offsets(cur, pipeline.name)
-    first = pipeline.source.starting_offsets
-    return {**{tp: (b.low if first == "earliest" else b.stable) for tp, b in bounds.items()}, **known}
+    return {**steps.starting_offsets(pipeline, bounds, known), **known}
 
 
 def _plan(cur: store.Cursor, pipeline: Pipeline, requested: list[OffsetRange],
@@ -168,12 +167,11 @@ def backfill(pipeline_name: str, ranges: Iterable[str] | None = None, time_from:
     bar = progress or Progress(first_plan.offsets, enabled=False)
     bar.total = first_plan.offsets
     queue = list(first_plan.batches)  # reprocess works from the first plan: it changes no coverage
-    totals = [0, 0, 0, 0, 0]
+    summary = steps.RunSummary(0, 0, 0, 0, 0)
     conflicts = 0
     while True:
         with store.transaction(settings) as cur:
-            if store.lock_pipeline(cur, pipeline.name, "backfill") != epoch:
-                raise StaleEpoch(f"pipeline {pipeline.name!r}: another backfill or replay took over the lane")
+            store.hold_lane(cur, pipeline.name, "backfill", epoch)
             if mode == "fill":  # plan again each time: whatever another runner committed meanwhile drops out
                 queue = list(_plan(cur, pipeline, requested, bounds, mode, track=True).batches)
             if not queue:
@@ -190,11 +188,10 @@ def backfill(pipeline_name: str, ranges: Iterable[str] | None = None, time_from:
                 raise
             log(f"batch {batch.id}: lost a race ({exc}); planning again")
             continue
-        for i, value in enumerate((1, done.records_read, done.sink_rows, done.dead_letters, done.published_records)):
-            totals[i] += value or 0
+        summary = summary.add(done)
         bar.advance(size(batch.ranges), done.records_read or 0)
     bar.close()
-    return BackfillReport(first_plan, False, *totals)
+    return BackfillReport(first_plan, False, *summary)
 
 
 # ---------------------------------------------------------------- replay
@@ -240,8 +237,7 @@ def replay(pipeline_name: str, batch_id: int, log: Log = _quiet) -> ReplayReport
     replays: list[int] = []
     for chunk in split(wanted, pipeline.source.max_records_per_batch):
         with store.transaction(settings) as cur:
-            if store.lock_pipeline(cur, pipeline.name, "backfill") != epoch:
-                raise StaleEpoch(f"pipeline {pipeline.name!r}: another backfill or replay took over the lane")
+            store.hold_lane(cur, pipeline.name, "backfill", epoch)
             created = store.create_batch(cur, pipeline.name, "replay", epoch, chunk,
                                          steps.marker_group(pipeline, "backfill"), publish=batch.publish,
                                          replay_of=batch.id)

@@ -25,7 +25,7 @@ from eosbatch.exceptions import TerminalError, TransientError
 from eosbatch.kafka import marker, offsets
 from eosbatch.kafka.publisher import Headers, TransactionalPublisher
 from eosbatch.ledger import sinks, store
-from eosbatch.ledger.exceptions import OffsetMismatch, RangeConflict, StaleEpoch
+from eosbatch.ledger.exceptions import OffsetMismatch, RangeConflict
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol import ranges as plan_ranges
 from eosbatch.protocol.backfill import offset_moves
@@ -83,8 +83,7 @@ def plan(pipeline_name: str, log: Log = _quiet) -> store.Batch | None:
     epoch = recover(pipeline.name, log)
     bounds = offsets.bounds(settings, pipeline.source.topics)
     with store.transaction(settings) as cur:
-        if store.lock_pipeline(cur, pipeline.name) != epoch:
-            raise StaleEpoch(f"pipeline {pipeline.name!r} was taken over by another runner while planning")
+        store.hold_lane(cur, pipeline.name, "regular", epoch)
         track_partitions(cur, pipeline, bounds)
         ranges = plan_ranges.plan_next(store.next_offsets(cur, pipeline.name), bounds,
                                        pipeline.source.max_records_per_batch)
@@ -107,9 +106,14 @@ def track_partitions(cur: store.Cursor, pipeline: Pipeline, bounds: dict[Any, pl
                      ) -> None:
     """Give partitions seen for the first time their starting next offset (earliest or latest)."""
     known = store.next_offsets(cur, pipeline.name, lock=True)
+    store.add_partitions(cur, pipeline.name, starting_offsets(pipeline, bounds, known))
+
+
+def starting_offsets(pipeline: Pipeline, bounds: dict[Any, plan_ranges.PartitionBounds], known: dict[Any, int]
+                     ) -> dict[Any, int]:
+    """Where the regular lane starts on partitions it has not seen: the log start or the last stable offset."""
     first = pipeline.source.starting_offsets
-    store.add_partitions(cur, pipeline.name, {
-        tp: (b.low if first == "earliest" else b.stable) for tp, b in bounds.items() if tp not in known})
+    return {tp: (b.low if first == "earliest" else b.stable) for tp, b in bounds.items() if tp not in known}
 
 
 # ---------------------------------------------------------------- process (Spark)
@@ -349,6 +353,12 @@ class RunSummary(NamedTuple):
     dead_letters: int
     published: int
 
+    def add(self, done: store.Batch) -> RunSummary:
+        """This summary with one more finished batch counted."""
+        return RunSummary(self.batches + 1, self.records_read + (done.records_read or 0),
+                          self.sink_rows + (done.sink_rows or 0), self.dead_letters + (done.dead_letters or 0),
+                          self.published + (done.published_records or 0))
+
 
 def run_batch(pipeline_name: str, batch: store.Batch, log: Log = _quiet) -> store.Batch:
     """process -> commit -> publish for one planned batch; aborts it if it fails before the commit."""
@@ -366,13 +376,10 @@ def run_batch(pipeline_name: str, batch: store.Batch, log: Log = _quiet) -> stor
 
 def run(pipeline_name: str, max_batches: int | None = None, log: Log = _quiet) -> RunSummary:
     """Plan and run batches until caught up (or `max_batches`)."""
-    totals = [0, 0, 0, 0, 0]
-    while max_batches is None or totals[0] < max_batches:
+    summary = RunSummary(0, 0, 0, 0, 0)
+    while max_batches is None or summary.batches < max_batches:
         batch = plan(pipeline_name, log)
         if batch is None:
             break
-        done = run_batch(pipeline_name, batch, log)
-        for i, value in enumerate((1, done.records_read, done.sink_rows, done.dead_letters,
-                                   done.published_records)):
-            totals[i] += value or 0
-    return RunSummary(*totals)
+        summary = summary.add(run_batch(pipeline_name, batch, log))
+    return summary

@@ -80,6 +80,12 @@ def lock_pipeline(cur: Cursor, name: str, lane: Lane = "regular") -> int:
     return int(cur.fetchone()[0])
 
 
+def hold_lane(cur: Cursor, name: str, in_lane: Lane, epoch: int) -> None:
+    """Lock the pipeline and check this runner still owns the lane (nobody recovered it since)."""
+    if lock_pipeline(cur, name, in_lane) != epoch:
+        raise StaleEpoch(f"pipeline {name!r}: another runner took over the {in_lane} lane (epoch {epoch} is stale)")
+
+
 def bump_epoch(cur: Cursor, name: str, lane: Lane = "regular") -> int:
     column = _EPOCH_COLUMN[lane]
     cur.execute(f"UPDATE eosbatch.pipelines SET {column} = {column} + 1 WHERE name = %s "  # noqa: S608
