@@ -14,6 +14,16 @@ KAFKA_BOOTSTRAP = "EOSBATCH_KAFKA_BOOTSTRAP"
 KAFKA_CONFIG = "EOSBATCH_KAFKA_CONFIG"
 SPARK_MASTER = "EOSBATCH_SPARK_MASTER"
 PIPELINES = "EOSBATCH_PIPELINES"
+MARKER_RETENTION = "EOSBATCH_MARKER_RETENTION_MINUTES"
+
+
+def marker_retention_seconds(env: dict[str, str] | None = None) -> float:
+    """How long Kafka keeps the marker group's offsets once nothing commits to it: the broker's
+    `offsets.retention.minutes` (7 days by default). Set it here when the broker's differs."""
+    raw = (os.environ if env is None else env).get(MARKER_RETENTION, "").strip() or "10080"
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(MARKER_RETENTION, f"must be a whole number of minutes >= 1, got {raw!r}")
+    return int(raw) * 60.0
 
 
 class Settings(NamedTuple):

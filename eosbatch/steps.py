@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -23,18 +23,25 @@ import psycopg2.extras
 from eosbatch import config, faults, registry
 from eosbatch.exceptions import TerminalError, TransientError
 from eosbatch.kafka import marker, offsets
+from eosbatch.kafka.exceptions import MarkerExpired
 from eosbatch.kafka.publisher import Headers, TransactionalPublisher
 from eosbatch.ledger import sinks, store
-from eosbatch.ledger.exceptions import OffsetMismatch, RangeConflict
+from eosbatch.ledger.exceptions import NotStaged, OffsetMismatch, RangeConflict, StagingLost
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol import ranges as plan_ranges
 from eosbatch.protocol.backfill import offset_moves
-from eosbatch.protocol.recovery import publish_action, recovery_action
+from eosbatch.protocol.recovery import marker_metadata, publish_action, recovery_action
 from eosbatch.protocol.states import ABORTABLE, Lane, claims_coverage, lane
 
 Log = Callable[[str], None]
 HEADER_PIPELINE = "eosbatch.pipeline"
 HEADER_BATCH = "eosbatch.batch"
+HEADER_COMMIT_SEQ = "eosbatch.commit_seq"      # per pipeline, in commit order: orders records across lanes
+HEADER_SEQ = "eosbatch.seq"                    # the record's place in its batch's outbox
+HEADER_SOURCE_TOPIC = "eosbatch.source_topic"  # where the row came from, when the transform kept it
+HEADER_SOURCE_PARTITION = "eosbatch.source_partition"
+HEADER_SOURCE_OFFSET = "eosbatch.source_offset"
+Outgoing = tuple[bytes | None, bytes, Headers]
 
 
 def _quiet(_: str) -> None:
@@ -71,7 +78,7 @@ def recover(pipeline_name: str, log: Log = _quiet, in_lane: Lane = "regular") ->
     for batch in pending:
         if recovery_action(batch.state) == "roll_forward":
             log(f"batch {batch.id}: committed but not published; rolling forward")
-            publish(pipeline.name, batch.id, log)
+            publish(pipeline.name, batch.id, log, epoch=epoch)
     return epoch
 
 
@@ -198,7 +205,8 @@ def _last_line(path: Path, prefix: str) -> str:
 # ---------------------------------------------------------------- commit
 
 def commit(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
-    """The decision point: one PostgreSQL transaction moves results, dead letters and offsets together."""
+    """The decision point: one PostgreSQL transaction moves results, dead letters, the outbox and offsets
+    together, after proving that staging still holds every row the batch staged."""
     settings = config.load()
     pipeline = registry.get(pipeline_name)
     try:
@@ -208,9 +216,16 @@ def commit(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
                 log(f"batch {batch_id}: already {batch.state}")
                 return batch
             store.check_epoch(cur, batch, lock=True)
+            if batch.state != "staged":
+                raise NotStaged(f"batch {batch_id} is {batch.state}; only a staged batch can be committed")
             moves = offset_moves(batch.kind, batch.ranges, store.next_offsets(cur, pipeline.name, lock=True))
             if moves.problem:
                 raise OffsetMismatch(f"batch {batch_id}: {moves.problem}")
+            if missing := sinks.missing_staged(cur, pipeline, batch):
+                raise StagingLost(f"batch {batch_id}: its staged rows are gone ({'; '.join(missing[:3])}"
+                                  f"{'; ...' if len(missing) > 3 else ''}): PostgreSQL restarted since it was "
+                                  "staged (staging is unlogged). Aborted without moving anything; the next run "
+                                  "plans the same ranges again")
             try:
                 if claims_coverage(batch.kind):
                     psycopg2.extras.execute_values(
@@ -222,55 +237,85 @@ def commit(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
             except psycopg2.errors.ExclusionViolation as exc:
                 raise RangeConflict(f"batch {batch_id}: a range overlaps one already committed: "
                                     f"{exc.diag.message_detail}") from None
-            sink_rows = sinks.upsert(cur, pipeline, batch_id, batch.writer_tags("sink"))
+            moved = sinks.move_to_sink(cur, pipeline, batch, with_outbox=batch.publish)
             dead = sinks.copy_dead_letters(cur, pipeline.name, batch_id, batch.writer_tags("dead_letters"))
             for tp, end in moves.moves.items():
                 cur.execute("UPDATE eosbatch.partition_offsets SET next_offset = %s "
                             "WHERE pipeline = %s AND topic = %s AND partition = %s",
                             (end, pipeline.name, tp.topic, tp.partition))
-            batch = store.set_state(cur, batch, "committed", sink_rows=sink_rows, dead_letters=dead)
+            sequence = store.next_commit_seq(cur, pipeline.name)
+            store.set_state(cur, batch, "committed", sink_rows=moved.sink_rows, dead_letters=dead,
+                            outbox_records=moved.outbox, commit_seq=sequence)
+            cur.execute("UPDATE eosbatch.batches SET committed_at = now() WHERE id = %s", (batch_id,))
+            batch = store.get_batch(cur, batch_id)
             faults.point("commit.before_commit")
-    except (OffsetMismatch, RangeConflict) as exc:
+    except (OffsetMismatch, RangeConflict, StagingLost) as exc:
         abort(pipeline.name, batch_id, reason=str(exc))
         raise
     faults.point("commit.after_commit")
-    log(f"batch {batch_id}: committed {sink_rows} sink rows, {dead} dead letters")
+    log(f"batch {batch_id}: committed {moved.sink_rows} sink rows, {dead} dead letters, "
+        f"{moved.outbox} output records (commit #{sequence})")
     return batch
 
 
 # ---------------------------------------------------------------- publish and finalize
 
-def _outbox(settings: config.Settings, pipeline: Pipeline, batch_id: int, writers: list[str]
-            ) -> Any:
-    """Stream the batch's output records from PostgreSQL with a server-side cursor (bounded memory)."""
+def _outbox(settings: config.Settings, pipeline: Pipeline, batch: store.Batch) -> Iterator[Outgoing]:
+    """Stream the batch's output records from the logged outbox with a server-side cursor (bounded memory)."""
     connection = store.connect(settings)
     try:
-        with connection.cursor() as probe:
-            query = sinks.outbox(probe, pipeline)
-        if query is None:
+        if batch.commit_seq is None:  # committed by an older eosbatch: its output is computed from staging
+            yield from _legacy_outbox(connection, pipeline, batch)
             return
-        with connection.cursor(name=f"eosbatch_outbox_{batch_id}") as cursor:
+        with connection.cursor(name=f"eosbatch_outbox_{batch.id}") as cursor:
             cursor.itersize = 5_000
-            cursor.execute(query, {"batch": batch_id, "writers": writers})
-            for key, value in cursor:
-                yield (None if key is None else key.encode()), value.encode()
+            cursor.execute("SELECT seq, key, value, source_topic, source_partition, source_offset "
+                           "FROM eosbatch.outbox WHERE batch_id = %s ORDER BY seq", (batch.id,))
+            for seq, key, value, topic, partition, offset in cursor:
+                headers: Headers = [(HEADER_SEQ, str(seq).encode())]
+                if partition is not None:
+                    headers += [(HEADER_SOURCE_PARTITION, str(partition).encode()),
+                                (HEADER_SOURCE_OFFSET, str(offset).encode())]
+                    if topic is not None or len(pipeline.source.topics) == 1:
+                        headers.append((HEADER_SOURCE_TOPIC, (topic or pipeline.source.topics[0]).encode()))
+                yield (None if key is None else key.encode()), value.encode(), headers
     finally:
         connection.close()
 
 
-def publish(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
+def _legacy_outbox(connection: Any, pipeline: Pipeline, batch: store.Batch) -> Iterator[Outgoing]:
+    with connection.cursor() as probe:
+        query = sinks.legacy_outbox(probe, pipeline, batch)
+    if query is None:
+        return
+    with connection.cursor(name=f"eosbatch_outbox_{batch.id}") as cursor:
+        cursor.itersize = 5_000
+        cursor.execute(query, {"batch": batch.id, "writers": batch.writer_tags("sink")})
+        for key, value in cursor:
+            yield (None if key is None else key.encode()), value.encode(), []
+
+
+def publish(pipeline_name: str, batch_id: int, log: Log = _quiet, epoch: int | None = None) -> store.Batch:
     """Publish a committed batch in one Kafka transaction together with its marker; then finalize."""
-    produced = publish_to_kafka(pipeline_name, batch_id, log)
-    return finalize(pipeline_name, batch_id, produced, log)
+    outcome = publish_to_kafka(pipeline_name, batch_id, log, epoch)
+    return finalize(pipeline_name, batch_id, outcome, log)
 
 
-def publish_to_kafka(pipeline_name: str, batch_id: int, log: Log = _quiet) -> int | None:
+def publish_to_kafka(pipeline_name: str, batch_id: int, log: Log = _quiet, epoch: int | None = None
+                     ) -> int | None:
     """The Kafka half of publish: the output and the marker in one transaction; the batch stays committed
-    until `finalize`. Returns the records produced, or None when an earlier run had published them."""
+    until `finalize`. Returns the records produced, or None when an earlier run had published them.
+
+    `epoch` is the runner's own epoch of the lane (default: the batch's): a runner that was frozen and
+    resumed finds a newer epoch here and stops *before* init_transactions(), which would otherwise fence
+    the live runner's publisher."""
     settings = config.load()
     pipeline = registry.get(pipeline_name)
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id)
+        if batch.state == "committed":
+            store.check_lane_epoch(cur, batch, batch.epoch if epoch is None else epoch)
+            age = store.seconds_since_commit(cur, batch_id)
     if batch.state == "published":
         log(f"batch {batch_id}: already published")
         return None
@@ -281,34 +326,54 @@ def publish_to_kafka(pipeline_name: str, batch_id: int, log: Log = _quiet) -> in
     produced: int | None = None  # unknown when an earlier run published: the ledger keeps it unset
     with TransactionalPublisher(settings, transactional_id(pipeline, batch)) as publisher:
         publisher.init()  # fences older publishers first: only now is the marker trustworthy
-        tps = [r.tp for r in batch.ranges]
-        if publish_action(batch.ranges, marker.read(settings, batch.marker_group, tps)) == "finalize_only":
-            log(f"batch {batch_id}: marker shows it published already; finalizing only")
+        found = marker.read(settings, batch.marker_group, [r.tp for r in batch.ranges])
+        action = publish_action(batch.id, batch.ranges, found, legacy=batch.commit_seq is None,
+                                age_seconds=age, retention_seconds=config.marker_retention_seconds())
+        if action == "finalize_only":
+            log(f"batch {batch_id}: its marker shows it published already; finalizing only")
+        elif action == "marker_expired":
+            raise MarkerExpired(
+                f"batch {batch_id} was committed {(age or 0) / 3600:.1f} h ago and its marker (group "
+                f"{batch.marker_group}) is gone: Kafka expires a group's offsets after offsets.retention.minutes "
+                f"({config.marker_retention_seconds() / 60:.0f} min assumed, {config.MARKER_RETENTION}), so "
+                "eosbatch cannot tell whether it was published. Look for records with header "
+                f"{HEADER_BATCH}={batch_id} in the output topic; then `eosbatch publish {pipeline.name} "
+                f"{batch_id} --published` (they are there) or `--republish` (they are not)")
         else:
             publisher.begin()
             produced = 0
             if pipeline.output is not None and batch.publish:
-                headers: Headers = [(HEADER_PIPELINE, pipeline.name.encode()), (HEADER_BATCH, str(batch_id).encode())]
-                produced = publisher.produce(pipeline.output.topic,
-                                             _outbox(settings, pipeline, batch_id, batch.writer_tags("sink")),
-                                             headers)
-            publisher.commit(settings, batch.marker_group, list(batch.ranges))
+                headers: Headers = [(HEADER_PIPELINE, pipeline.name.encode()), (HEADER_BATCH, str(batch_id).encode()),
+                                    (HEADER_COMMIT_SEQ, str(batch.commit_seq or 0).encode())]
+                produced = publisher.produce(pipeline.output.topic, _outbox(settings, pipeline, batch), headers)
+                if batch.outbox_records is not None and produced != batch.outbox_records:
+                    publisher.abort()
+                    raise TerminalError(f"batch {batch_id}: the outbox held {produced} records, the commit wrote "
+                                        f"{batch.outbox_records}; nothing was published")
+            publisher.commit(settings, batch.marker_group, list(batch.ranges), marker_metadata(batch_id))
             faults.point("publish.after_kafka_commit")
             log(f"batch {batch_id}: published {produced} records")
     return produced
 
 
 def finalize(pipeline_name: str, batch_id: int, produced: int | None = None, log: Log = _quiet) -> store.Batch:
+    """Mark a published batch so and drop its staging and outbox rows. The published count is the one the
+    commit fixed: a batch finalized from its marker (an earlier run produced it) gets it too."""
     settings = config.load()
     pipeline = registry.get(pipeline_name)
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id, lock=True)
         if batch.state == "published":
             return batch
-        fields: dict[str, Any] = {} if produced is None else {"published_records": produced}
+        count = batch.outbox_records if batch.outbox_records is not None else produced
+        if not (pipeline.output is not None and batch.publish):
+            count = 0
+        fields: dict[str, Any] = {} if count is None else {"published_records": count}
         batch = store.set_state(cur, batch, "published", **fields)
         store.delete_staging(cur, batch_id, sinks.stage_table(pipeline))
-    log(f"batch {batch_id}: finalized")
+        cur.execute("DELETE FROM eosbatch.outbox WHERE batch_id = %s", (batch_id,))
+    how = "published by an earlier run; " if produced is None else ""
+    log(f"batch {batch_id}: finalized ({how}{count if count is not None else '?'} output records)")
     if batch.marker_group != pipeline.marker_group:
         # A backfill batch's own marker group has done its job once the ledger says published. If this
         # deletion is lost, the group is only clutter: nothing reads the marker of a published batch.

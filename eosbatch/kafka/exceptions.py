@@ -13,5 +13,10 @@ class PublishFailed(TerminalError):
     """A fatal producer error; nothing of this attempt is visible to read_committed consumers."""
 
 
+class MarkerExpired(TerminalError):
+    """A committed batch's marker is absent and older than the marker group's offset retention: whether its
+    output was published cannot be told from Kafka any more, so the operator decides (never a blind republish)."""
+
+
 class TopicMissing(TerminalError):
     pass

@@ -15,6 +15,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 from eosbatch.config import Settings
 from eosbatch.kafka.exceptions import KafkaUnavailable
 from eosbatch.protocol.ranges import OffsetRange, TopicPartition
+from eosbatch.protocol.recovery import MarkerEntry
 
 _COORDINATOR_ERRORS = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                        KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT}
@@ -27,7 +28,7 @@ def consumer(settings: Settings, group: str) -> Consumer:
 
 
 def read(settings: Settings, group: str, tps: Iterable[TopicPartition], timeout: float = 60.0
-         ) -> dict[TopicPartition, int | None]:
+         ) -> dict[TopicPartition, MarkerEntry]:
     client = consumer(settings, group)
     wanted = [KafkaTP(tp.topic, tp.partition) for tp in tps]
     deadline = time.monotonic() + timeout
@@ -44,7 +45,8 @@ def read(settings: Settings, group: str, tps: Iterable[TopicPartition], timeout:
                 time.sleep(0.5)
     finally:
         client.close()
-    return {TopicPartition(p.topic, p.partition): (p.offset if p.offset >= 0 else None) for p in found}
+    return {TopicPartition(p.topic, p.partition): MarkerEntry(p.offset if p.offset >= 0 else None, p.metadata or "")
+            for p in found}
 
 
 def delete_group(settings: Settings, group: str, log: Callable[[str], None]) -> bool:
@@ -66,5 +68,6 @@ def delete_group(settings: Settings, group: str, log: Callable[[str], None]) -> 
     return True
 
 
-def offsets_for(ranges: Iterable[OffsetRange]) -> list[KafkaTP]:
-    return [KafkaTP(r.topic, r.partition, r.end) for r in ranges]
+def offsets_for(ranges: Iterable[OffsetRange], metadata: str) -> list[KafkaTP]:
+    """The marker: each range's end offset, with metadata naming the batch (so it is matched, not trusted)."""
+    return [KafkaTP(r.topic, r.partition, r.end, metadata=metadata) for r in ranges]

@@ -83,16 +83,19 @@ class TransactionalPublisher:
             raise self._fail(exc, "begin_transaction") from exc
         self.state = TxnState.IN_TXN
 
-    def produce(self, topic: str, records: Iterable[tuple[bytes | None, bytes]], headers: Headers
-                ) -> int:
+    def produce(self, topic: str, records: Iterable[tuple[bytes | None, bytes] | tuple[bytes | None, bytes, Headers]],
+                headers: Headers) -> int:
+        """Produce `records` ((key, value) or (key, value, their own headers)), each with `headers` too."""
         self._require(TxnState.IN_TXN)
         producer = self._producer
         assert producer is not None
         count = 0
-        for key, value in records:
+        for record in records:
+            key, value = record[0], record[1]
+            extra: Headers = record[2] if len(record) > 2 else []  # type: ignore[misc]
             while True:
                 try:
-                    producer.produce(topic, value=value, key=key, headers=headers)
+                    producer.produce(topic, value=value, key=key, headers=[*headers, *extra])
                     break
                 except BufferError:
                     producer.poll(0.05)  # the local queue is full: let deliveries drain (bounded memory)
@@ -105,15 +108,15 @@ class TransactionalPublisher:
         self.produced += count
         return count
 
-    def commit(self, settings: Settings, group: str, ranges: list[OffsetRange]) -> None:
+    def commit(self, settings: Settings, group: str, ranges: list[OffsetRange], metadata: str = "") -> None:
         """Send the marker offsets and commit: the output and the marker become visible together."""
         self._require(TxnState.IN_TXN)
         producer = self._producer
         assert producer is not None
         consumer = marker.consumer(settings, group)
         try:
-            producer.send_offsets_to_transaction(marker.offsets_for(ranges), consumer.consumer_group_metadata(),
-                                                 TIMEOUT)
+            producer.send_offsets_to_transaction(marker.offsets_for(ranges, metadata),
+                                                 consumer.consumer_group_metadata(), TIMEOUT)
             producer.commit_transaction(TIMEOUT)
         except KafkaException as exc:
             error: KafkaError = exc.args[0]

@@ -18,6 +18,15 @@ class RangeConflict(TerminalError):
     """A range overlaps one already committed (the exclusion constraint refused it)."""
 
 
+class StagingLost(TransientError):
+    """A staged batch's rows are not all in staging any more (PostgreSQL restarted: staging is unlogged). The
+    batch is aborted without moving anything; running again plans the same ranges again."""
+
+
+class NotStaged(TerminalError):
+    """Only a staged batch can be committed (an aborted one is planned again by the next run)."""
+
+
 class SinkError(TerminalError):
     """The sink table cannot take the transform's rows (schema, key, duplicate keys)."""
 

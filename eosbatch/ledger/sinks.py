@@ -11,8 +11,9 @@ from typing import NamedTuple
 from psycopg2 import sql
 
 from eosbatch.ledger.exceptions import SinkError
-from eosbatch.ledger.store import Cursor, table_exists
+from eosbatch.ledger.store import Batch, Cursor, table_exists
 from eosbatch.pipeline import Pipeline
+from eosbatch.protocol.states import BatchKind, lane
 
 BATCH_COLUMN = "_eosbatch_batch"
 WRITER_COLUMN = "_eosbatch_writer"
@@ -31,13 +32,18 @@ def stage_table(pipeline: Pipeline) -> sql.Identifier:
     return sql.Identifier("eosbatch", f"stage_{pipeline.name}")
 
 
-def order_columns(pipeline: Pipeline, columns: list[str]) -> tuple[str, ...]:
-    """What decides between two rows of one key: the sink's order_by, else the source position."""
-    if pipeline.sink.order_by:
-        return tuple(pipeline.sink.order_by)
-    if {"partition", "offset"} <= set(columns):
-        return ("partition", "offset")
-    return ()
+def stage_copy_target(pipeline: Pipeline, columns: list[str]) -> sql.Composed:
+    """`table (columns)` for COPY: explicit columns, because the staging table may hold more (another
+    batch, staged with an older schema, may still be waiting for its commit)."""
+    return sql.SQL("{} ({})").format(stage_table(pipeline), sql.SQL(", ").join(
+        map(sql.Identifier, [BATCH_COLUMN, WRITER_COLUMN, *columns])))
+
+
+def position_columns(columns: list[str]) -> tuple[str, ...]:
+    """The source position the transform kept, if it kept one: (topic,) partition, offset."""
+    if not {"partition", "offset"} <= set(columns):
+        return ()
+    return ("topic", "partition", "offset") if "topic" in columns else ("partition", "offset")
 
 
 def _existing_columns(cur: Cursor, table: sql.Identifier) -> dict[str, str]:
@@ -94,18 +100,43 @@ def ensure_tables(cur: Cursor, pipeline: Pipeline, columns: list[Column]) -> Non
         if not _unique_key_exists(cur, sink, key):
             raise SinkError(f"sink.key: {pipeline.sink.schema}.{pipeline.sink.table} has no primary key or "
                             f"unique index on exactly {list(key)}; an idempotent upsert needs one")
+    _ensure_stage(cur, pipeline, columns, definitions)
+
+
+def _ensure_stage(cur: Cursor, pipeline: Pipeline, columns: list[Column], definitions: sql.Composable) -> None:
+    """The typed staging table. A changed transform adds columns instead of dropping the table: another
+    lane may have rows staged there, waiting for their commit (each batch records the columns it staged)."""
     stage = stage_table(pipeline)
-    wanted = {c.name: c for c in columns}
-    if table_exists(cur, stage):
-        present = set(_existing_columns(cur, stage)) - {BATCH_COLUMN, WRITER_COLUMN}
-        if present == set(wanted):
-            return
-        cur.execute(sql.SQL("DROP TABLE {}").format(stage))  # staging holds nothing a new schema could use
-    # UNLOGGED: staging is rebuilt from Kafka after a crash anyway, so it need not pay for WAL.
-    cur.execute(sql.SQL("CREATE UNLOGGED TABLE {} ({} bigint NOT NULL, {} text NOT NULL, {})").format(
-        stage, sql.Identifier(BATCH_COLUMN), sql.Identifier(WRITER_COLUMN), definitions))
-    cur.execute(sql.SQL("CREATE INDEX ON {} ({}, {})").format(
-        stage, sql.Identifier(BATCH_COLUMN), sql.Identifier(WRITER_COLUMN)))
+    if not table_exists(cur, stage):
+        # UNLOGGED: cheap, and safe only because the commit checks every writer's rows are still there
+        # (a PostgreSQL crash empties unlogged tables), and nothing publish needs stays here after COMMIT.
+        cur.execute(sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} ({} bigint NOT NULL, {} text NOT NULL, {})").format(
+            stage, sql.Identifier(BATCH_COLUMN), sql.Identifier(WRITER_COLUMN), definitions))
+        cur.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({}, {})").format(
+            sql.Identifier(f"stage_{pipeline.name}_batch"), stage, sql.Identifier(BATCH_COLUMN),
+            sql.Identifier(WRITER_COLUMN)))
+        return
+    existing = _existing_columns(cur, stage)
+    for column in columns:
+        if column.name not in existing:
+            cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
+                stage, sql.Identifier(column.name), sql.SQL(column.pg_type)))
+        elif existing[column.name] != _information_schema_type(column.pg_type):
+            cur.execute(sql.SQL("SELECT count(*) FROM {} WHERE {} IS NOT NULL").format(
+                stage, sql.Identifier(column.name)))
+            if cur.fetchone()[0]:
+                raise SinkError(f"sink: column {column.name!r} changed type to {column.pg_type} while rows of "
+                                f"another batch are staged with {existing[column.name]}; commit or abort them "
+                                "first (`eosbatch status`, `eosbatch abort`)")
+            cur.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {} USING NULL").format(
+                stage, sql.Identifier(column.name), sql.SQL(column.pg_type)))
+
+
+def _information_schema_type(pg_type: str) -> str:
+    """How information_schema.columns.data_type spells one of eosbatch's staging types."""
+    if pg_type.startswith("numeric"):
+        return "numeric"
+    return {"timestamptz": "timestamp with time zone", "timestamp": "timestamp without time zone"}.get(pg_type, pg_type)
 
 
 def stage_columns(cur: Cursor, pipeline: Pipeline) -> list[str]:
@@ -115,80 +146,188 @@ def stage_columns(cur: Cursor, pipeline: Pipeline) -> list[str]:
     return [c for c in _existing_columns(cur, stage) if c not in (BATCH_COLUMN, WRITER_COLUMN)]
 
 
+def batch_columns(cur: Cursor, pipeline: Pipeline, batch: Batch) -> list[str]:
+    """The columns this batch staged (recorded at `staged`), or for an older batch all staging columns."""
+    return batch.staged_columns if batch.staged_columns is not None else stage_columns(cur, pipeline)
+
+
+# ---------------------------------------------------------------- the commit's checks
+
+def missing_staged(cur: Cursor, pipeline: Pipeline, batch: Batch) -> list[str]:
+    """What is not in staging that the batch recorded at `staged`, writer by writer; empty when all is there.
+
+    Staging is UNLOGGED: a PostgreSQL crash (immediate stop, power cut, OOM kill, failover) empties it
+    while the ledger, logged, still says `staged`. Committing then would move nothing and advance the
+    offsets past the batch's records: they would be lost. So the commit proves, before it moves anything,
+    that each successful writer's rows are all there."""
+    problems: list[str] = []
+    tables = {"sink": (stage_table(pipeline), BATCH_COLUMN, WRITER_COLUMN),
+              "dead_letters": (sql.Identifier("eosbatch", "staged_dead_letters"), "batch_id", "writer")}
+    for kind, (table, batch_column, writer_column) in tables.items():
+        expected = batch.writer_counts(kind)
+        if expected is None:
+            problems.append(f"{kind}: staged by an older eosbatch that recorded no row counts")
+            continue
+        if not expected:
+            continue
+        found: dict[str, int] = {}
+        if table_exists(cur, table):
+            cur.execute(sql.SQL("SELECT {w}, count(*) FROM {t} WHERE {b} = %s AND {w} = ANY(%s) GROUP BY {w}").format(
+                w=sql.Identifier(writer_column), t=table, b=sql.Identifier(batch_column)),
+                (batch.id, sorted(expected)))
+            found = {writer: int(n) for writer, n in cur.fetchall()}
+        problems += [f"{kind}: writer {writer} staged {n} rows, {found.get(writer, 0)} are there"
+                     for writer, n in sorted(expected.items()) if found.get(writer, 0) != n]
+    return problems
+
+
 def _staged(pipeline: Pipeline) -> sql.Composed:
     return sql.SQL("FROM {} WHERE {} = %(batch)s AND {} = ANY(%(writers)s)").format(
         stage_table(pipeline), sql.Identifier(BATCH_COLUMN), sql.Identifier(WRITER_COLUMN))
 
 
-def _select(pipeline: Pipeline, columns: list[str]) -> tuple[sql.Composed, list[str]]:
-    """The batch's result rows, one per key: what the sink takes and what the output publishes.
+def _refuse_ambiguous_keys(cur: Cursor, pipeline: Pipeline, columns: list[str], params: dict[str, object]) -> None:
+    """Inside one batch only the order of one partition means something: a key repeated with nothing to order
+    it (no order_by; no position, or positions in different partitions) is refused, naming the key."""
+    if pipeline.sink.mode != "replace" or pipeline.sink.order_by:
+        return
+    key_list = sql.SQL(", ").join(map(sql.Identifier, pipeline.sink.key))
+    position = position_columns(columns)
+    if position:
+        source = sql.SQL(", ").join(map(sql.Identifier, position[:-1]))
+        cur.execute(sql.SQL("SELECT {k}, count(DISTINCT ({s})) {f} GROUP BY {k} HAVING count(DISTINCT ({s})) > 1 "
+                            "LIMIT 1").format(k=key_list, s=source, f=_staged(pipeline)), params)
+        where = "partitions"
+    else:
+        cur.execute(sql.SQL("SELECT {k}, count(*) {f} GROUP BY {k} HAVING count(*) > 1 LIMIT 1").format(
+            k=key_list, f=_staged(pipeline)), params)
+        where = "times"
+    row = cur.fetchone()
+    if row is not None:
+        key = dict(zip(pipeline.sink.key, row[:-1], strict=True))
+        raise SinkError(f"sink.order_by: key {key} appears in {row[-1]} {where} of one batch and nothing orders "
+                        "them; set sink.order_by (an event time or version column)"
+                        + ("" if position else " or keep `partition`/`offset` in the transform's output"))
 
-    replace: the successful writers' rows, the last of each key by order; accumulate: the batch's sums
-    per key (the deltas that the upsert adds to the stored totals)."""
+
+# ---------------------------------------------------------------- choosing the latest row (replace sinks)
+
+def _in_batch_order(pipeline: Pipeline, columns: list[str]) -> list[sql.Composable]:
+    """ORDER BY after the key for DISTINCT ON: the first row of each key is the batch's latest."""
+    order: list[sql.Composable] = [sql.SQL("{} DESC NULLS LAST").format(sql.Identifier(c))
+                                   for c in pipeline.sink.order_by]
+    if "offset" in position_columns(columns):
+        order.append(sql.SQL("{} DESC").format(sql.Identifier("offset")))  # within a partition: the later one
+    # Ties (equal order_by values) break on the remaining columns, so the choice never depends on scan order.
+    rest = [c for c in columns if c not in pipeline.sink.key and c not in pipeline.sink.order_by and c != "offset"]
+    order += [sql.SQL("{} DESC NULLS LAST").format(sql.Identifier(c)) for c in sorted(rest)]
+    return order
+
+
+def _position_wins(columns: list[str], kind: BatchKind) -> sql.Composable:
+    """Without an order_by: the higher offset of the same partition wins; across partitions a regular batch
+    (a later commit) wins, while a backfill or replay only beats a lower offset of the same partition (it
+    carries older data); a reprocess re-asserts its own positions."""
+    position = position_columns(columns)
+    if not position:
+        return sql.SQL("true" if lane(kind) == "regular" or kind == "reprocess" else "false")
+    same_source = sql.SQL(" AND ").join(sql.SQL("s.{c} IS NOT DISTINCT FROM EXCLUDED.{c}").format(
+        c=sql.Identifier(c)) for c in position[:-1])
+    later = sql.SQL("EXCLUDED.{o} {op} s.{o}").format(o=sql.Identifier("offset"),
+                                                     op=sql.SQL(">=" if kind == "reprocess" else ">"))
+    if lane(kind) == "regular":
+        return sql.SQL("(NOT ({}) OR {})").format(same_source, later)
+    return sql.SQL("({} AND {})").format(same_source, later)
+
+
+def _new_row_wins(pipeline: Pipeline, columns: list[str], kind: BatchKind) -> sql.Composable:
+    """The DO UPDATE condition: with order_by the highest value wins and NULL never beats a value (so a
+    stored NULL never freezes a key); equal values fall to the position rule."""
+    condition = _position_wins(columns, kind)
+    for column in reversed(pipeline.sink.order_by):
+        c = sql.Identifier(column)
+        condition = sql.SQL("((s.{c} IS NULL AND EXCLUDED.{c} IS NOT NULL) OR EXCLUDED.{c} > s.{c} "
+                            "OR (s.{c} IS NOT DISTINCT FROM EXCLUDED.{c} AND {rest}))").format(c=c, rest=condition)
+    return condition
+
+
+# ---------------------------------------------------------------- the commit's statement
+
+class Moved(NamedTuple):
+    sink_rows: int    # rows the upsert inserted or changed
+    outbox: int       # output records written to the logged outbox (what publish must produce)
+
+
+def _batch_rows(pipeline: Pipeline, columns: list[str]) -> tuple[sql.Composed, list[str]]:
+    """The batch's result rows, one per key: replace, the latest of each key; accumulate, the sums per key."""
     key_list = sql.SQL(", ").join(map(sql.Identifier, pipeline.sink.key))
     if pipeline.sink.mode == "accumulate":
         out = [*pipeline.sink.key, *pipeline.sink.accumulate]
         sums = sql.SQL(", ").join(sql.SQL("sum({c}) AS {c}").format(c=sql.Identifier(c))
                                   for c in pipeline.sink.accumulate)
         return sql.SQL("SELECT {}, {} {} GROUP BY {}").format(key_list, sums, _staged(pipeline), key_list), out
-    order = order_columns(pipeline, columns)
-    order_by = sql.SQL(", ").join([*map(sql.Identifier, pipeline.sink.key),
-                                   *(sql.SQL("{} DESC").format(sql.Identifier(c)) for c in order)])
+    order_by = sql.SQL(", ").join([*map(sql.Identifier, pipeline.sink.key), *_in_batch_order(pipeline, columns)])
     names = sql.SQL(", ").join(map(sql.Identifier, columns))
     return sql.SQL("SELECT DISTINCT ON ({}) {} {} ORDER BY {}").format(
         key_list, names, _staged(pipeline), order_by), columns
 
 
-def upsert(cur: Cursor, pipeline: Pipeline, batch_id: int, writers: list[str]) -> int:
-    """Move the successful writers' staged rows into the sink in one statement; returns rows written."""
-    columns = stage_columns(cur, pipeline)
-    if not columns:
-        return 0
-    params = {"batch": batch_id, "writers": writers}
-    select, out = _select(pipeline, columns)
-    if pipeline.sink.mode == "replace" and not order_columns(pipeline, columns):
-        _refuse_duplicate_keys(cur, pipeline, sql.SQL(", ").join(map(sql.Identifier, pipeline.sink.key)), params)
+def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: bool) -> Moved:
+    """Upsert the successful writers' staged rows into the sink and, in the same statement, write the output
+    records into the logged outbox from what the upsert really did: a row the sink refused (an older
+    version) is not published, and after COMMIT publish needs nothing from unlogged staging."""
+    columns = batch_columns(cur, pipeline, batch)
+    if not columns or not batch.writer_tags("sink"):
+        return Moved(0, 0)
+    params: dict[str, object] = {"batch": batch.id, "writers": batch.writer_tags("sink")}
+    _refuse_ambiguous_keys(cur, pipeline, columns, params)
+    rows, out = _batch_rows(pipeline, columns)
     key_list = sql.SQL(", ").join(map(sql.Identifier, pipeline.sink.key))
     others = [c for c in out if c not in pipeline.sink.key]
-    if pipeline.sink.mode == "accumulate":
+    accumulate = pipeline.sink.mode == "accumulate"
+    if accumulate:
         action = sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(
             sql.SQL("{c} = COALESCE(s.{c}, 0) + COALESCE(EXCLUDED.{c}, 0)").format(c=sql.Identifier(c))
             for c in others))
     elif others:
-        action = sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(
-            sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in others))
-        if order := order_columns(pipeline, columns):
-            # A backfill commits old data after new data: a stored row from a later position stays.
-            stored = sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in order)
-            incoming = sql.SQL(", ").join(sql.SQL("EXCLUDED.{}").format(sql.Identifier(c)) for c in order)
-            action += sql.SQL(" WHERE ({}) <= ({})").format(stored, incoming)
+        action = sql.SQL("DO UPDATE SET {} WHERE {}").format(sql.SQL(", ").join(
+            sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in others),
+            _new_row_wins(pipeline, columns, batch.kind))
     else:
         action = sql.SQL("DO NOTHING")
-    cur.execute(sql.SQL("INSERT INTO {} AS s ({}) {} ON CONFLICT ({}) {}").format(
-        sink_table(pipeline), sql.SQL(", ").join(map(sql.Identifier, out)), select, key_list, action), params)
-    return cur.rowcount
+    names = sql.SQL(", ").join(map(sql.Identifier, out))
+    returned = sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in out)
+    # accumulate publishes the batch's deltas (every one of them is applied); replace the rows it stored.
+    upsert = sql.SQL("INSERT INTO {} AS s ({}) SELECT {} FROM batch_rows ON CONFLICT ({}) {} RETURNING {}").format(
+        sink_table(pipeline), names, names, key_list, action, returned)
+    published = sql.Identifier("batch_rows" if accumulate else "changed")
+    outbox = sql.SQL("SELECT 0")
+    if with_outbox and pipeline.output is not None:
+        position = position_columns(out)
+        source = [sql.SQL("c.{}").format(sql.Identifier(c)) if c in position else sql.SQL("NULL")
+                  for c in ("topic", "partition", "offset")]
+        outbox = sql.SQL(
+            "INSERT INTO eosbatch.outbox (batch_id, seq, key, value, source_topic, source_partition, source_offset) "
+            "SELECT %(batch)s, row_number() OVER (ORDER BY {keys}), c.{okey}::text, row_to_json(c)::text, {src} "
+            "FROM {published} c RETURNING 1").format(
+            keys=sql.SQL(", ").join(sql.SQL("c.{}").format(sql.Identifier(k)) for k in pipeline.sink.key),
+            okey=sql.Identifier(pipeline.output.key), src=sql.SQL(", ").join(source), published=published)
+    cur.execute(sql.SQL("WITH batch_rows AS ({rows}), changed AS ({upsert}), outboxed AS ({outbox}) "
+                        "SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM outboxed)").format(
+        rows=rows, upsert=upsert, outbox=outbox), params)
+    sink_rows, outboxed = cur.fetchone()
+    return Moved(int(sink_rows), int(outboxed) if with_outbox and pipeline.output is not None else 0)
 
 
-def outbox(cur: Cursor, pipeline: Pipeline) -> sql.Composed | None:
-    """The query of a batch's output records (key as text, row as JSON); None when nothing was staged."""
+def legacy_outbox(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Composed | None:
+    """A batch committed by eosbatch < 0.2 has no outbox rows: its output is still computed from staging."""
     assert pipeline.output is not None
-    columns = stage_columns(cur, pipeline)
+    columns = batch_columns(cur, pipeline, batch)
     if not columns:
         return None
-    select, _ = _select(pipeline, columns)
+    select, _ = _batch_rows(pipeline, columns)
     return sql.SQL("SELECT r.{}::text, row_to_json(r)::text FROM ({}) r").format(
         sql.Identifier(pipeline.output.key), select)
-
-
-def _refuse_duplicate_keys(cur: Cursor, pipeline: Pipeline, key_list: sql.Composable,
-                           params: dict[str, object]) -> None:
-    cur.execute(sql.SQL("SELECT {}, count(*) {} GROUP BY {} HAVING count(*) > 1 LIMIT 1").format(
-        key_list, _staged(pipeline), key_list), params)
-    row = cur.fetchone()
-    if row is not None:
-        key = dict(zip(pipeline.sink.key, row[:-1], strict=True))
-        raise SinkError(f"sink.order_by: key {key} appears {row[-1]} times in one batch and nothing orders "
-                        "them; keep `partition`/`offset` in the transform's output or set sink.order_by")
 
 
 def copy_dead_letters(cur: Cursor, pipeline: str, batch_id: int, writers: list[str]) -> int:

@@ -40,14 +40,29 @@ class Batch(NamedTuple):
     error: str | None
     created_at: datetime
     updated_at: datetime
+    outbox_records: int | None   # fixed by the commit: what publish must produce, whoever checks it
+    commit_seq: int | None       # per pipeline, in commit order; None: committed before eosbatch 0.2
+    committed_at: datetime | None
     ranges: tuple[OffsetRange, ...]
 
     def writer_tags(self, kind: str) -> list[str]:
-        return list((self.writers or {}).get(kind, []))
+        return sorted(self.writer_counts(kind) or (self.writers or {}).get(kind, []))
+
+    def writer_counts(self, kind: str) -> dict[str, int] | None:
+        """Rows each successful writer staged; None for a batch staged by an older eosbatch (tags only)."""
+        found: Any = (self.writers or {}).get(kind, {})
+        return {tag: int(n) for tag, n in found.items()} if isinstance(found, dict) else None
+
+    @property
+    def staged_columns(self) -> list[str] | None:
+        """The sink columns this batch staged (None: staged by an older eosbatch)."""
+        columns = (self.writers or {}).get("columns")
+        return list(columns) if columns is not None else None
 
 
 _BATCH_COLUMNS = ("id, pipeline, kind, state, epoch, publish, marker_group, replay_of, writers, records_read, "
-                  "sink_rows, dead_letters, published_records, error, created_at, updated_at")
+                  "sink_rows, dead_letters, published_records, error, created_at, updated_at, outbox_records, "
+                  "commit_seq, committed_at")
 
 
 def connect(settings: Settings) -> psycopg2.extensions.connection:
@@ -102,6 +117,30 @@ def check_epoch(cur: Cursor, batch: Batch, lock: bool = False) -> None:
     if row is None or int(row[0]) != batch.epoch:
         raise StaleEpoch(f"batch {batch.id} was planned in {lane(batch.kind)} epoch {batch.epoch}; pipeline "
                          f"{batch.pipeline!r} is now in epoch {row[0] if row else '?'}")
+
+
+def check_lane_epoch(cur: Cursor, batch: Batch, epoch: int) -> None:
+    """Refuse to act for a runner whose epoch of the batch's lane is not the current one."""
+    column = _EPOCH_COLUMN[lane(batch.kind)]
+    cur.execute(f"SELECT {column} FROM eosbatch.pipelines WHERE name = %s", (batch.pipeline,))  # noqa: S608
+    row = cur.fetchone()
+    if row is None or int(row[0]) != epoch:
+        raise StaleEpoch(f"batch {batch.id}: another runner owns pipeline {batch.pipeline!r} now "
+                         f"({lane(batch.kind)} epoch {row[0] if row else '?'}, this runner's is {epoch}); it "
+                         "publishes the batch, this runner stops")
+
+
+def next_commit_seq(cur: Cursor, pipeline: str) -> int:
+    """The pipeline's next commit sequence number (the pipeline row is locked by the commit's epoch check)."""
+    cur.execute("UPDATE eosbatch.pipelines SET commit_seq = commit_seq + 1 WHERE name = %s RETURNING commit_seq",
+                (pipeline,))
+    return int(cur.fetchone()[0])
+
+
+def seconds_since_commit(cur: Cursor, batch_id: int) -> float | None:
+    cur.execute("SELECT extract(epoch FROM now() - committed_at) FROM eosbatch.batches WHERE id = %s", (batch_id,))
+    row = cur.fetchone()
+    return None if row is None or row[0] is None else float(row[0])
 
 
 def _ranges(cur: Cursor, batch_ids: list[int]) -> dict[int, tuple[OffsetRange, ...]]:

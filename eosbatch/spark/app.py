@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 from eosbatch import config, faults, registry
@@ -39,7 +40,7 @@ def process(pipeline_name: str, batch_id: int, log: Any = print) -> dict[str, in
         raise TerminalError(f"batch {batch_id} is {batch.state}; only a planned batch can be processed")
     started = time.monotonic()
     spark = _session(settings.spark_master)
-    app_id = spark.sparkContext.applicationId
+    nonce = uuid.uuid4().hex[:12]  # this run's writers; a retried driver gets new tags
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -52,21 +53,21 @@ def process(pipeline_name: str, batch_id: int, log: Any = print) -> dict[str, in
         # record just to find the few bad ones took a third of the step).
         dead = (parsed.where(F.col(reader.ERROR_COLUMN).isNotNull())
                 .select("topic", "partition", "offset", "key", "value", reader.ERROR_COLUMN).rdd
-                .mapPartitions(copy_partition(dsn, "eosbatch.staged_dead_letters", app_id, batch_id,
+                .mapPartitions(copy_partition(dsn, "eosbatch.staged_dead_letters", nonce, batch_id,
                                               _dead_letter_row)).collect())
         good = parsed.where(F.col(reader.ERROR_COLUMN).isNull()).drop(reader.ERROR_COLUMN)
         result = pipeline.transform(good)
         columns = schema.columns(result.schema)
         with store.transaction(settings) as cur:
             sinks.ensure_tables(cur, pipeline, columns)
-            stage_sql = sinks.stage_table(pipeline).as_string(cur.connection)
-        names = [c.name for c in columns]
+            names = [c.name for c in columns]
+            stage_sql = sinks.stage_copy_target(pipeline, names).as_string(cur.connection)
         staged = result.rdd.mapPartitions(copy_partition(
-            dsn, stage_sql, app_id, batch_id, lambda row: tuple(row[n] for n in names))).collect()
+            dsn, stage_sql, nonce, batch_id, lambda row: tuple(row[n] for n in names))).collect()
     finally:
         parsed.unpersist()
         spark.stop()
-    writers = {"sink": _tags(staged), "dead_letters": _tags(dead)}
+    writers = {"sink": _counts(staged), "dead_letters": _counts(dead), "columns": names}
     counts = {"records_read": records_read, "sink_rows_staged": sum(r.rows for r in staged),
               "dead_letters": sum(r.rows for r in dead)}
     faults.point("process.before_staged")
@@ -81,5 +82,6 @@ def process(pipeline_name: str, batch_id: int, log: Any = print) -> dict[str, in
     return counts
 
 
-def _tags(results: list[WriterResult]) -> list[str]:
-    return sorted(r.writer for r in results if r.rows > 0)
+def _counts(results: list[WriterResult]) -> dict[str, int]:
+    """The successful attempts that wrote rows, with their counts: what the commit checks staging against."""
+    return {r.writer: r.rows for r in sorted(results) if r.rows > 0}

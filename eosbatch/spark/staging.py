@@ -2,8 +2,12 @@
 
 Spark re-runs tasks (failures, speculation), and a failed attempt may already have written rows. So each
 attempt tags its rows with a writer tag; the action returns, per partition, only the attempt that
-succeeded; the commit reads only those tags (the Hadoop output-committer idea). Nothing is collected on
-the driver but the tags and counts.
+succeeded, with its row count; the commit reads only those tags (the Hadoop output-committer idea), and
+first checks that each one still holds exactly that many rows: staging is UNLOGGED, and a PostgreSQL crash
+empties it. Nothing is collected on the driver but the tags and counts.
+
+The tag is `<run nonce>:<task attempt id>`: Spark's task attempt id is unique within one application,
+while `attemptNumber` restarts at 0 in every stage attempt (two attempts of one partition could share it).
 """
 
 from __future__ import annotations
@@ -40,7 +44,11 @@ def _text(value: Any) -> str:
     return text
 
 
-def copy_partition(dsn: str, table_sql: str, app_id: str, batch_id: int,
+def writer_tag(nonce: str, task_attempt_id: int) -> str:
+    return f"{nonce}:{task_attempt_id}"
+
+
+def copy_partition(dsn: str, table_sql: str, nonce: str, batch_id: int,
                    to_row: Callable[[Any], tuple[Any, ...] | None]
                    ) -> Callable[[Iterable[Any]], Iterator[WriterResult]]:
     """A function for `rdd.mapPartitions`: COPY this partition's rows (those `to_row` keeps) into staging."""
@@ -52,7 +60,7 @@ def copy_partition(dsn: str, table_sql: str, app_id: str, batch_id: int,
         context = TaskContext.get()
         assert context is not None, "copy_partition runs inside a Spark task"
         partition, attempt = context.partitionId(), context.attemptNumber()
-        writer = f"{app_id}:{partition}:{attempt}"
+        writer = writer_tag(nonce, context.taskAttemptId())
         prefix = f"{batch_id}\t{writer}\t"
         buffer = io.StringIO()
         written = 0

@@ -11,7 +11,7 @@ import pytest
 from eosbatch import registry
 from eosbatch.config import PIPELINES
 from eosbatch.exceptions import ConfigError, TerminalError
-from eosbatch.ledger.sinks import order_columns
+from eosbatch.ledger.sinks import position_columns
 from eosbatch.pipeline import RESERVED_COLUMNS, KafkaOutput, KafkaSource, Pipeline, PostgresSink
 
 pytestmark = pytest.mark.unit
@@ -189,22 +189,17 @@ def test_modules_are_read_from_the_variable() -> None:
     assert registry.modules({}) == []
 
 
-# --- order_columns ------------------------------------------------------------------------------------------
+# --- position_columns ---------------------------------------------------------------------------------------
 
 
-def test_order_columns_sink_order_by_wins() -> None:
-    p = pipeline(sink=PostgresSink("t", key=["id"], order_by=["updated_at", "seq"]))
-    assert order_columns(p, ["id", "partition", "offset", "updated_at", "seq"]) == ("updated_at", "seq")
+def test_position_columns_are_the_source_position_the_transform_kept() -> None:
+    assert position_columns(["id", "offset", "n", "partition"]) == ("partition", "offset")
+    assert position_columns(["topic", "id", "offset", "partition"]) == ("topic", "partition", "offset")
 
 
-def test_order_columns_fall_back_to_the_source_position() -> None:
-    assert order_columns(pipeline(), ["id", "offset", "n", "partition"]) == ("partition", "offset")
-
-
-def test_order_columns_are_empty_without_both_position_columns() -> None:
-    p = pipeline()
-    assert order_columns(p, ["id", "partition", "n"]) == ()
-    assert order_columns(p, ["id", "offset"]) == ()
+def test_position_columns_are_empty_without_both_partition_and_offset() -> None:
+    assert position_columns(["id", "partition", "n"]) == ()
+    assert position_columns(["id", "offset", "topic"]) == ()
 
 
 @pytest.mark.parametrize(("ddl", "names"), [

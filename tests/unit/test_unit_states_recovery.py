@@ -9,7 +9,7 @@ import pytest
 from eosbatch.exceptions import TerminalError
 from eosbatch.protocol.exceptions import IllegalTransition
 from eosbatch.protocol.ranges import OffsetRange, TopicPartition
-from eosbatch.protocol.recovery import publish_action, recovery_action
+from eosbatch.protocol.recovery import MarkerEntry, marked_batch, marker_metadata, publish_action, recovery_action
 from eosbatch.protocol.states import ABORTABLE, STATES, TRANSITIONS, can_transition, check_transition
 
 pytestmark = pytest.mark.unit
@@ -71,18 +71,51 @@ T0, T1 = TopicPartition("in", 0), TopicPartition("in", 1)
 RANGES = [OffsetRange("in", 0, 0, 10), OffsetRange("in", 1, 5, 20)]
 
 
-def test_publish_action_produces_unless_every_marker_reaches_the_end() -> None:
+def _entries(offsets: dict, metadata: str = "") -> dict:
+    return {tp: MarkerEntry(o, metadata) for tp, o in offsets.items()}
+
+
+OURS = marker_metadata(7)
+
+
+def test_marker_metadata_names_its_batch() -> None:
+    assert marked_batch(marker_metadata(7)) == 7
+    assert marked_batch("") is None and marked_batch("eosbatch batch x") is None and marked_batch("7") is None
+
+
+def test_publish_action_produces_unless_a_marker_names_the_batch() -> None:
     for marker in [
         {},  # no marker at all: never published
-        {T0: 10},  # one partition's marker missing
-        {T0: 10, T1: None},  # a partition without a committed offset
-        {T0: 10, T1: 19},  # one partition below its range end
-        {T0: 9, T1: 20},
-        {T0: 10, T1: 5},  # at the range start: an older batch's marker
+        _entries({T0: 10, T1: None}),
+        _entries({T0: 10, T1: 20}),  # at the ends, but no metadata: after a reset this can be another batch
+        _entries({T0: 10, T1: 20}, marker_metadata(6)),  # the lane's previous batch
+        _entries({T0: 10, T1: 20}, marker_metadata(70)),
+        {T0: MarkerEntry(None, OURS)},  # metadata without an offset is no commit
     ]:
-        assert publish_action(RANGES, marker) == "produce", marker
+        assert publish_action(7, RANGES, marker) == "produce", marker
 
 
-def test_publish_action_finalizes_only_when_all_markers_are_at_or_past_the_end() -> None:
-    assert publish_action(RANGES, {T0: 10, T1: 20}) == "finalize_only"
-    assert publish_action(RANGES, {T0: 11, T1: 300, TopicPartition("other", 0): 0}) == "finalize_only"
+def test_publish_action_finalizes_only_when_the_marker_names_the_batch() -> None:
+    assert publish_action(7, RANGES, _entries({T0: 10, T1: 20}, OURS)) == "finalize_only"
+    # one partition named is proof enough: a transaction's offsets commit together
+    mixed = {T0: MarkerEntry(10, OURS), T1: MarkerEntry(40, marker_metadata(8))}
+    assert publish_action(7, RANGES, mixed) == "finalize_only"
+
+
+def test_publish_action_legacy_batches_fall_back_to_offsets() -> None:
+    """A batch committed before markers named batches: at or past every end (no metadata) means published."""
+    assert publish_action(7, RANGES, _entries({T0: 10, T1: 20}), legacy=True) == "finalize_only"
+    assert publish_action(7, RANGES, _entries({T0: 11, T1: 300}), legacy=True) == "finalize_only"
+    for marker in [{}, _entries({T0: 10}), _entries({T0: 10, T1: 19}), _entries({T0: 10, T1: 5})]:
+        assert publish_action(7, RANGES, marker, legacy=True) == "produce", marker
+
+
+def test_publish_action_an_absent_marker_older_than_retention_is_for_the_operator() -> None:
+    day = 24 * 3600.0
+    assert publish_action(7, RANGES, {}, age_seconds=8 * day, retention_seconds=7 * day) == "marker_expired"
+    assert publish_action(7, RANGES, _entries({T0: None, T1: None}), age_seconds=8 * day,
+                          retention_seconds=7 * day) == "marker_expired"
+    assert publish_action(7, RANGES, {}, age_seconds=6 * day, retention_seconds=7 * day) == "produce"
+    # the previous batch's marker is still there, so the group did not expire: ours was never published
+    assert publish_action(7, RANGES, _entries({T0: 5, T1: 10}, marker_metadata(6)), age_seconds=8 * day,
+                          retention_seconds=7 * day) == "produce"
