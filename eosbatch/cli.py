@@ -11,7 +11,7 @@ import sys
 from eosbatch import commands
 from eosbatch.exceptions import EosbatchError, TerminalError
 
-EXIT_TERMINAL, EXIT_TRANSIENT = 2, 3
+EXIT_VIOLATION, EXIT_TERMINAL, EXIT_TRANSIENT = 1, 2, 3
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,6 +47,18 @@ def _parser() -> argparse.ArgumentParser:
     ranges = sub.add_parser("ranges", help="committed coverage per partition, and the holes")
     ranges.add_argument("pipeline")
     ranges.add_argument("--json", action="store_true")
+    verify = sub.add_parser("verify", help="audit a pipeline from the outside: coverage, output, sink, dead letters",
+                            description="Exit 0 when every check holds, 1 on a violation.")
+    verify.add_argument("pipeline")
+    verify.add_argument("--no-recompute", action="store_true",
+                        help="skip recomputing the sink from the committed input (the check that runs Spark)")
+    publish = sub.add_parser("publish", help="settle a committed batch whose marker expired (the operator decides)")
+    publish.add_argument("pipeline")
+    publish.add_argument("batch_id", type=int)
+    how = publish.add_mutually_exclusive_group(required=True)
+    how.add_argument("--published", action="store_true",
+                     help="its records are in the output topic (header eosbatch.batch): finalize, produce nothing")
+    how.add_argument("--republish", action="store_true", help="they are not: publish the batch's outbox now")
     abort = sub.add_parser("abort", help="abort a pipeline's unfinished (uncommitted) batches")
     abort.add_argument("pipeline")
     abort.add_argument("batch_id", nargs="?", type=int)
@@ -172,6 +184,17 @@ def main(argv: list[str] | None = None) -> int:
                 _print_ranges(coverage)
         elif args.command == "airflow":
             _airflow(args.action)
+        elif args.command == "verify":
+            audit = commands.verify(args.pipeline, recompute=not args.no_recompute,
+                                    log=lambda line: print(line, file=sys.stderr))
+            for finding in audit.findings:
+                mark = {True: "ok  ", False: "FAIL", None: "skip"}[finding.ok]
+                print(f"{mark} {finding.check}: {finding.detail}")
+            print(f"{audit.pipeline}: {'exactly-once holds' if audit.ok else 'VIOLATION'}")
+            return 0 if audit.ok else EXIT_VIOLATION
+        elif args.command == "publish":
+            settled = commands.settle_publish(args.pipeline, args.batch_id, republish=args.republish, log=print)
+            print(f"batch {settled.id}: {settled.state}")
         elif args.command == "abort":
             aborted = commands.steps.abort(args.pipeline, args.batch_id, reason="aborted by eosbatch abort",
                                            log=print)

@@ -38,6 +38,19 @@ def run(pipeline: str, max_batches: int | None = None, log: Log = print) -> step
     return steps.run(pipeline, max_batches=max_batches, log=log)
 
 
+def verify(pipeline: str, recompute: bool = True, log: Log = print) -> Any:
+    from eosbatch.verify import audit
+
+    return audit(pipeline, recompute=recompute, log=log)
+
+
+def settle_publish(pipeline: str, batch_id: int, republish: bool, log: Log = print) -> steps.store.Batch:
+    """The way out of MarkerExpired: the operator looked at the output topic and says what is there."""
+    if republish:
+        return steps.publish(pipeline, batch_id, log, ignore_expired_marker=True)
+    return steps.finalize(pipeline, batch_id, None, log)
+
+
 def backfill(pipeline: str, ranges: list[str] | None = None, time_from: str | None = None,
              time_to: str | None = None, mode: str = "fill", publish: bool | None = None, dry_run: bool = False,
              log: Log = print, progress: Any = None) -> history.BackfillReport:

@@ -148,7 +148,8 @@ def _py_files(pipeline_modules: list[str], folder: Path) -> Path:
     return archive
 
 
-def spark_submit(pipeline_name: str, batch_id: int, settings: config.Settings) -> SparkRun:
+def spark_submit(app: str, args: list[str], settings: config.Settings, log_name: str) -> SparkRun:
+    """The spark-submit command of one of spark_apps/ with the connector jars and the pipelines' code."""
     import pyspark
 
     from eosbatch import stack
@@ -157,16 +158,27 @@ def spark_submit(pipeline_name: str, batch_id: int, settings: config.Settings) -
     logs.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="eosbatch-submit-"))
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    app = Path(__file__).resolve().parents[1] / "spark_apps" / "process_batch.py"
+    path = Path(__file__).resolve().parents[1] / "spark_apps" / app
     jars = ",".join(str(j) for j in stack.connector_jars())
     command = [str(submit), "--master", settings.spark_master, "--jars", jars,
                "--py-files", str(_py_files(registry.modules(), work)),
                "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.memory=2g",
-               str(app), pipeline_name, str(batch_id)]
+               str(path), *args]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     if settings.spark_master.startswith("local"):
         env["SPARK_LOCAL_IP"] = "127.0.0.1"  # keep a local run's traffic on loopback
-    return SparkRun(command, env, logs / f"{pipeline_name}-batch-{batch_id}.log")
+    return SparkRun(command, env, logs / f"{log_name}.log")
+
+
+def run_spark_app(app: str, args: list[str], settings: config.Settings, log_name: str) -> None:
+    """Run one of spark_apps/ to its end; its failure is an eosbatch error naming the log."""
+    run = spark_submit(app, args, settings, log_name)
+    with run.log.open("ab") as out:
+        done = subprocess.run(run.command, env=run.env, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        reason = _last_line(run.log, "eosbatch: ") or f"spark-submit exited {done.returncode}"
+        error = TerminalError if done.returncode == 2 else TransientError
+        raise error(f"{app}: {reason} (log: {run.log})")
 
 
 def process(pipeline_name: str, batch_id: int, log: Log = _quiet) -> None:
@@ -177,7 +189,8 @@ def process(pipeline_name: str, batch_id: int, log: Log = _quiet) -> None:
     if batch.state != "planned":
         log(f"batch {batch_id}: already {batch.state}; nothing to process")
         return
-    run = spark_submit(pipeline_name, batch_id, settings)
+    run = spark_submit("process_batch.py", [pipeline_name, str(batch_id)], settings,
+                       f"{pipeline_name}-batch-{batch_id}")
     with run.log.open("ab") as out:
         done = subprocess.run(run.command, env=run.env, stdout=out, stderr=subprocess.STDOUT, check=False)
     if done.returncode == 0:
@@ -295,14 +308,15 @@ def _legacy_outbox(connection: Any, pipeline: Pipeline, batch: store.Batch) -> I
             yield (None if key is None else key.encode()), value.encode(), []
 
 
-def publish(pipeline_name: str, batch_id: int, log: Log = _quiet, epoch: int | None = None) -> store.Batch:
+def publish(pipeline_name: str, batch_id: int, log: Log = _quiet, epoch: int | None = None,
+            ignore_expired_marker: bool = False) -> store.Batch:
     """Publish a committed batch in one Kafka transaction together with its marker; then finalize."""
-    outcome = publish_to_kafka(pipeline_name, batch_id, log, epoch)
+    outcome = publish_to_kafka(pipeline_name, batch_id, log, epoch, ignore_expired_marker)
     return finalize(pipeline_name, batch_id, outcome, log)
 
 
-def publish_to_kafka(pipeline_name: str, batch_id: int, log: Log = _quiet, epoch: int | None = None
-                     ) -> int | None:
+def publish_to_kafka(pipeline_name: str, batch_id: int, log: Log = _quiet, epoch: int | None = None,
+                     ignore_expired_marker: bool = False) -> int | None:
     """The Kafka half of publish: the output and the marker in one transaction; the batch stays committed
     until `finalize`. Returns the records produced, or None when an earlier run had published them.
 
@@ -331,7 +345,7 @@ def publish_to_kafka(pipeline_name: str, batch_id: int, log: Log = _quiet, epoch
                                 age_seconds=age, retention_seconds=config.marker_retention_seconds())
         if action == "finalize_only":
             log(f"batch {batch_id}: its marker shows it published already; finalizing only")
-        elif action == "marker_expired":
+        elif action == "marker_expired" and not ignore_expired_marker:
             raise MarkerExpired(
                 f"batch {batch_id} was committed {(age or 0) / 3600:.1f} h ago and its marker (group "
                 f"{batch.marker_group}) is gone: Kafka expires a group's offsets after offsets.retention.minutes "

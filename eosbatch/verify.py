@@ -5,9 +5,13 @@ Used by the demo, the tests and the benchmark; it reads Kafka with read_committe
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
-from typing import NamedTuple
+from collections.abc import Callable
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTP
@@ -76,19 +80,36 @@ class OutputCheck(NamedTuple):
         return not (self.duplicates or self.unknown_batches or self.count_mismatches)
 
 
+def _ours(records: list[Record], pipeline: str) -> list[Record]:
+    return [r for r in records if r.headers.get("eosbatch.pipeline") == pipeline.encode()]
+
+
 def check_output(settings: Settings, pipeline: str, topic: str, records: list[Record] | None = None
                  ) -> OutputCheck:
-    """Every published batch's records appear exactly once among read_committed records, and no other."""
+    """Every published batch's records appear exactly once among read_committed records, and no other.
+
+    The expected count is the one the commit fixed (`outbox_records`, written in the commit transaction),
+    never the count the publisher reported: a publisher that produced nothing must not pass."""
     records = read_topic(settings, topic) if records is None else records
-    ours = [r for r in records if r.headers.get("eosbatch.pipeline") == pipeline.encode()]
-    pairs = Counter((r.headers["eosbatch.batch"].decode(), r.key) for r in ours)
+    ours = _ours(records, pipeline)
+    # (batch, seq) identifies an output record; a batch from before the outbox has no seq: (batch, key).
+    pairs = Counter((r.headers["eosbatch.batch"].decode(), r.headers.get("eosbatch.seq") or r.key) for r in ours)
     per_batch = Counter(r.headers["eosbatch.batch"].decode() for r in ours)
     with store.transaction(settings) as cur:
-        cur.execute("SELECT id, state, published_records FROM eosbatch.batches WHERE pipeline = %s", (pipeline,))
-        batches = {str(i): (state, n) for i, state, n in cur.fetchall()}
-    unknown = sorted(b for b in per_batch if batches.get(b, ("?",))[0] != "published")
-    mismatches = {int(b): (n, per_batch.get(b, 0)) for b, (state, n) in batches.items()
-                  if state == "published" and n is not None and n != per_batch.get(b, 0)}
+        cur.execute("SELECT id, state, publish, outbox_records, published_records FROM eosbatch.batches "
+                    "WHERE pipeline = %s", (pipeline,))
+        batches = {str(i): (state, publish, fixed, published) for i, state, publish, fixed, published in cur.fetchall()}
+    # A committed batch's records may be in Kafka already (published, not yet finalized): not unknown.
+    unknown = sorted(b for b in per_batch if batches.get(b, ("?",))[0] not in ("published", "committed"))
+    mismatches: dict[int, tuple[int | None, int]] = {}
+    for b, (state, publish, fixed, published) in batches.items():
+        expected = fixed if fixed is not None else published  # older batches: the publisher's own count
+        if not publish:
+            expected = 0
+        if state == "published" and expected is not None and expected != per_batch.get(b, 0):
+            mismatches[int(b)] = (expected, per_batch.get(b, 0))
+        if state == "committed" and per_batch.get(b, 0) not in (0, expected):
+            mismatches[int(b)] = (expected, per_batch.get(b, 0))
     return OutputCheck(len(ours), [p for p, n in pairs.items() if n > 1], unknown, mismatches)
 
 
@@ -103,3 +124,190 @@ def coverage_gaps(settings: Settings, pipeline: str) -> dict[str, list[OffsetRan
         if pieces and (len(pieces) != 1 or pieces[0].end != next_offset):
             problems[str(tp)] = pieces
     return problems
+
+
+# ---------------------------------------------------------------- the audit: `eosbatch verify PIPELINE`
+
+class Finding(NamedTuple):
+    check: str
+    ok: bool | None     # None: skipped (the reason says why)
+    detail: str
+
+
+class Audit(NamedTuple):
+    pipeline: str
+    findings: list[Finding]
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok is not False for f in self.findings)
+
+    @property
+    def violations(self) -> list[Finding]:
+        return [f for f in self.findings if f.ok is False]
+
+
+def audit(pipeline_name: str, recompute: bool = True, log: Callable[[str], None] = lambda _: None) -> Audit:
+    """Recompute from the outside what must hold for a pipeline, never trusting counts the publisher wrote:
+
+    - coverage: committed ranges never overlap, and form one piece per partition up to the next offset;
+    - output: every published batch's records appear exactly once among the read_committed records of the
+      output topic, as many as its commit wrote to the outbox; no record of an unknown or aborted batch;
+    - sink vs output: key by key, the last record published equals the sink row (replace), or the published
+      deltas add up to the stored totals (accumulate);
+    - sink vs input (`recompute`, runs Spark): the transform applied to the committed input gives the sink,
+      and every malformed record of the committed input is a dead letter.
+    """
+    from eosbatch import config, registry
+
+    settings = config.load()
+    pipeline = registry.get(pipeline_name)
+    findings: list[Finding] = []
+    with store.transaction(settings) as cur:
+        cur.execute("SELECT count(*) FROM eosbatch.committed_ranges a JOIN eosbatch.committed_ranges b "
+                    "ON a.pipeline = b.pipeline AND a.topic = b.topic AND a.partition = b.partition "
+                    "AND a.batch_id < b.batch_id AND a.offsets && b.offsets WHERE a.pipeline = %s", (pipeline.name,))
+        overlaps = int(cur.fetchone()[0])
+        cur.execute("SELECT id, state, kind, publish FROM eosbatch.batches WHERE pipeline = %s ORDER BY id",
+                    (pipeline.name,))
+        batches = cur.fetchall()
+    gaps = coverage_gaps(settings, pipeline.name)
+    findings.append(Finding("coverage", not overlaps and not gaps,
+                            "every committed offset once, no holes" if not overlaps and not gaps else
+                            f"{overlaps} overlapping ranges; holes or an end short of the next offset: {gaps}"))
+    pending = [i for i, state, _, _ in batches if state in ("planned", "staged", "committed")]
+    if pending:
+        findings.append(Finding("settled", None, f"batches {pending} are not finished yet: the checks below may "
+                                                 "change when they are (run the pipeline, then verify)"))
+    records: list[Record] = []
+    if pipeline.output is not None:
+        records = read_topic(settings, pipeline.output.topic)
+        check = check_output(settings, pipeline.name, pipeline.output.topic, records)
+        findings.append(Finding("output", check.ok, f"{check.records} records, each published batch's count as "
+                                                    "committed, no duplicates" if check.ok else
+                                f"duplicates {check.duplicates[:5]}, records of unknown batches "
+                                f"{check.unknown_batches[:5]}, (expected, found) per batch "
+                                f"{dict(list(check.count_mismatches.items())[:5])}"))
+        silent = [i for i, state, kind, publish in batches if state == "published" and not publish]
+        if silent or pending:
+            findings.append(Finding("sink = output", None, "skipped: batches published nothing on purpose "
+                                    f"({silent})" if silent else "skipped: batches in flight"))
+        else:
+            findings.append(_sink_vs_output(settings, pipeline, records))
+    if recompute:
+        log("verify: recomputing the sink from the committed input with Spark")
+        findings += _sink_vs_input(settings, pipeline)
+    return Audit(pipeline.name, findings)
+
+
+def _sink_rows(settings: Settings, pipeline: Any, columns: list[str]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    from psycopg2 import sql
+
+    from eosbatch.ledger.sinks import sink_table
+
+    with store.transaction(settings) as cur:
+        if not store.table_exists(cur, sink_table(pipeline)):
+            return {}
+        cur.execute(sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(map(sql.Identifier, columns)),
+                                                        sink_table(pipeline)))
+        rows = [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
+    return {tuple(_same(r[k]) for k in pipeline.sink.key): r for r in rows}
+
+
+def _same(value: Any) -> Any:
+    """A value as both sides can compare it: JSON, Spark and psycopg2 spell numbers differently."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, Decimal)):
+        return Decimal(value).normalize()
+    if isinstance(value, float):
+        return Decimal(repr(value)).normalize()
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, str) and value[:4].isdigit() and value[4:5] == "-":
+        try:  # a timestamp spelled by row_to_json or by Python: compare the instants, not the spelling
+            return datetime.fromisoformat(value).isoformat()
+        except ValueError:
+            return value
+    return str(value)
+
+
+def _sink_vs_output(settings: Settings, pipeline: Any, records: list[Record]) -> Finding:
+    ours = sorted(_ours(records, pipeline.name), key=lambda r: (int(r.headers.get("eosbatch.commit_seq", b"0")),
+                                                                int(r.headers.get("eosbatch.seq", b"0"))))
+    rows = [json.loads(r.value) for r in ours if r.value is not None]
+    columns = sorted({c for row in rows for c in row})
+    if not rows:
+        sink = _sink_rows(settings, pipeline, list(pipeline.sink.key))
+        return Finding("sink = output", not sink, "both empty" if not sink else
+                       f"the sink holds {len(sink)} keys and the output topic none of them")
+    sink = _sink_rows(settings, pipeline, columns)
+    expected: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in rows:
+        key = tuple(_same(row[k]) for k in pipeline.sink.key)
+        if pipeline.sink.mode == "accumulate":
+            total = expected.setdefault(key, {c: row[c] for c in pipeline.sink.key})
+            for c in pipeline.sink.accumulate:
+                total[c] = _same(total.get(c) or 0) + _same(row[c] or 0)
+        else:
+            expected[key] = row
+    differ = [k for k in set(sink) | set(expected)
+              if k not in sink or k not in expected
+              or any(_same(sink[k][c]) != _same(expected[k][c]) for c in columns)]
+    first = sorted(differ, key=str)[:1]
+    return Finding("sink = output", not differ, f"{len(sink)} keys agree" if not differ else
+                   f"{len(differ)} of {len(set(sink) | set(expected))} keys differ, e.g. key {first}: "
+                   f"sink {[sink.get(k) for k in first]}, output {[expected.get(k) for k in first]}")
+
+
+def _sink_vs_input(settings: Settings, pipeline: Any) -> list[Finding]:
+    """Run the pipeline's transform over the committed input on Spark (spark_apps/recompute.py) and compare."""
+    import tempfile
+    from pathlib import Path
+
+    from eosbatch import steps
+
+    with tempfile.TemporaryDirectory(prefix="eosbatch-verify-") as folder:
+        result = Path(folder) / "recomputed.json"
+        steps.run_spark_app("recompute.py", [pipeline.name, str(result)], settings, f"{pipeline.name}-verify")
+        recomputed = json.loads(result.read_text())
+    findings: list[Finding] = []
+    columns: list[str] = recomputed["columns"] or list(pipeline.sink.key)
+    sink = _sink_rows(settings, pipeline, columns)
+    expected: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in recomputed["rows"]:
+        expected.setdefault(tuple(_same(row[k]) for k in pipeline.sink.key), []).append(row)
+    if pipeline.sink.mode == "accumulate":
+        differ = [k for k in set(sink) | set(expected)
+                  if k not in sink or k not in expected
+                  or any(_same(sink[k][c]) != sum((_same(r[c] or 0) for r in expected[k]), Decimal(0))
+                         for c in pipeline.sink.accumulate)]
+    else:
+        order = list(pipeline.sink.order_by)
+
+        def acceptable(key: tuple[Any, ...]) -> bool:
+            candidates = expected[key]
+            if order:  # only a row with the highest order_by value can be the latest
+                best = max((tuple(_same(r[c]) for c in order) for r in candidates
+                            if all(r[c] is not None for c in order)), default=None)
+                candidates = [r for r in candidates if best is None or tuple(_same(r[c]) for c in order) == best]
+            return any(all(_same(sink[key][c]) == _same(r[c]) for c in columns) for r in candidates)
+
+        differ = [k for k in set(sink) | set(expected) if k not in sink or k not in expected or not acceptable(k)]
+    findings.append(Finding("sink = transform(committed input)", not differ,
+                            f"{len(sink)} keys recomputed from {recomputed['records']} committed input records"
+                            if not differ else f"{len(differ)} of {len(set(sink) | set(expected))} keys differ, "
+                            f"e.g. {sorted(differ, key=str)[:3]} (sink has {len(sink)} keys, the recompute "
+                            f"{len(expected)})"))
+    with store.transaction(settings) as cur:
+        cur.execute('SELECT d.topic, d.partition, d."offset" FROM eosbatch.dead_letters d WHERE d.pipeline = %s '
+                    "AND EXISTS (SELECT 1 FROM eosbatch.committed_ranges c WHERE c.pipeline = d.pipeline AND "
+                    'c.topic = d.topic AND c.partition = d.partition AND c.offsets @> d."offset")', (pipeline.name,))
+        dead = {tuple(row) for row in cur.fetchall()}
+    malformed = {tuple(p) for p in recomputed["malformed"]}
+    findings.append(Finding("dead letters = malformed committed input", dead == malformed,
+                            f"{len(dead)} dead letters" if dead == malformed else
+                            f"{len(malformed - dead)} malformed records are not dead letters (e.g. "
+                            f"{sorted(malformed - dead)[:3]}), {len(dead - malformed)} dead letters are not "
+                            "malformed"))
+    return findings

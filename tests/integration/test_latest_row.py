@@ -1,0 +1,91 @@
+"""Replace sinks keep the right row (DESIGN.md, "Choosing the latest row"), and the output topic carries
+exactly what the sink accepted: each test ends with sink and output equal key by key, checked from the
+outside (the sink table, and the output read with read_committed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka import Producer
+from psycopg2 import sql
+
+from eosbatch.ledger import store
+from eosbatch.verify import read_topic
+from examples.orders import generate
+from tests.scenario import ROOT
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
+
+
+class Versions:
+    def __init__(self, settings, suffix: str) -> None:
+        self.settings, self.suffix = settings, suffix
+        self.input = f"versions_in_{suffix}"
+        generate.ensure_topics(settings, {self.input: 4, f"versions_out_{suffix}": 2,
+                                          f"versions_ts_out_{suffix}": 2})
+
+    def write(self, *records: tuple[int, str, str | None, int | None]) -> None:
+        """(partition, id, value, version) records, committed in one Kafka transaction."""
+        producer = Producer(self.settings.kafka(**{"transactional.id": f"versions-{self.suffix}"}))
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        for partition, key, value, version in records:
+            producer.produce(self.input, partition=partition, key=key.encode(),
+                             value=json.dumps({"id": key, "val": value, "version": version}).encode())
+        producer.commit_transaction(30)
+
+    def run(self, pipeline: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "EOSBATCH_PIPELINES": "tests.pipelines.versions", "EOSBATCH_TEST_SUFFIX": self.suffix,
+               "PYTHONPATH": str(ROOT)}
+        return subprocess.run([sys.executable, "-m", "eosbatch.cli", "run", f"{pipeline}_{self.suffix}"], env=env,
+                              capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+    def sink(self, pipeline: str) -> dict[str, str | None]:
+        with store.transaction(self.settings) as cur:
+            table = sql.Identifier("public", f"{pipeline}_{self.suffix}")
+            cur.execute(sql.SQL("SELECT id, val FROM {}").format(table))
+            return dict(cur.fetchall())
+
+    def output(self, pipeline: str) -> dict[str, str | None]:
+        """The last published value of each key, in commit order (the commit sequence header)."""
+        records = read_topic(self.settings, f"{pipeline}_out_{self.suffix}")
+        records.sort(key=lambda r: (int(r.headers["eosbatch.commit_seq"]), int(r.headers["eosbatch.seq"])))
+        return {json.loads(r.value)["id"]: json.loads(r.value)["val"] for r in records}
+
+
+def test_a_later_update_in_a_lower_partition_wins_and_a_stale_row_is_neither_stored_nor_published(settings, unique):
+    v = Versions(settings, unique)
+    v.write((3, "k", "first, partition 3", None), (3, "stay", "only", None))
+    assert v.run("versions").returncode == 0
+    v.write((0, "k", "second, partition 0", None))  # the same key moved to a lower partition, later
+    assert v.run("versions").returncode == 0
+    assert v.sink("versions") == {"k": "second, partition 0", "stay": "only"}
+    v.write((3, "k", "third, partition 3 again", None))
+    assert v.run("versions").returncode == 0
+    assert v.sink("versions") == {"k": "third, partition 3 again", "stay": "only"}
+    assert v.output("versions") == v.sink("versions")
+
+
+def test_the_same_key_in_two_partitions_of_one_batch_is_refused_naming_the_key(settings, unique):
+    v = Versions(settings, unique)
+    v.write((1, "twice", "a", None), (2, "twice", "b", None))
+    failed = v.run("versions")
+    assert failed.returncode == 2, failed.stderr[-2000:]
+    assert "'id': 'twice'" in failed.stderr and "2 partitions of one batch" in failed.stderr
+    assert v.sink("versions") == {} and v.output("versions") == {}
+
+
+def test_order_by_highest_wins_null_never_wins_and_never_freezes_a_key(settings, unique):
+    v = Versions(settings, unique)
+    v.write((0, "a", "a null first", None), (1, "b", "b v5", 5), (2, "c", "c v2", 2), (2, "c", "c null", None))
+    assert v.run("versions_ts").returncode == 0
+    assert v.sink("versions_ts") == {"a": "a null first", "b": "b v5", "c": "c v2"}
+    # a value replaces a stored NULL; a lower version and a NULL never replace a higher one; a higher one does
+    v.write((3, "a", "a v1", 1), (0, "b", "b v4", 4), (0, "b", "b null", None), (1, "c", "c v3", 3))
+    assert v.run("versions_ts").returncode == 0
+    assert v.sink("versions_ts") == {"a": "a v1", "b": "b v5", "c": "c v3"}
+    assert v.output("versions_ts") == v.sink("versions_ts")

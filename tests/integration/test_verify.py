@@ -1,0 +1,52 @@
+"""The verifier recomputes from the outside and notices loss: each test damages a finished pipeline the
+way the PostgreSQL-crash bugs did (a sink emptied behind committed offsets; a batch marked published whose
+records never reached the output topic) and `eosbatch verify` must fail, naming the check."""
+
+from __future__ import annotations
+
+import pytest
+from psycopg2 import sql
+
+from eosbatch.ledger import store
+from tests.scenario import Scenario
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
+
+
+def verify(scenario: Scenario, *args: str):
+    return scenario.cli("verify", scenario.pipeline, *args)
+
+
+def test_verify_passes_on_a_clean_run_and_fails_when_rows_or_output_go_missing(settings, unique):
+    scenario = Scenario(settings, unique, "latest", records=1200, batch=800)
+    assert scenario.run().returncode == 0
+    scenario.assert_exactly_once()
+    clean = verify(scenario)
+    assert clean.returncode == 0, clean.stdout + clean.stderr[-2000:]
+    assert "ok   sink = transform(committed input)" in clean.stdout
+    assert "ok   dead letters = malformed committed input" in clean.stdout
+
+    # What the staged-then-crashed commit did: offsets moved, ranges covered, but the sink lost rows.
+    table = sql.Identifier("public", f"crash_latest_{unique}")
+    with store.transaction(settings) as cur:
+        cur.execute(sql.SQL("DELETE FROM {} WHERE order_id IN (SELECT order_id FROM {} LIMIT 7)").format(table, table))
+        cur.execute("DELETE FROM eosbatch.dead_letters WHERE pipeline = %s", (scenario.pipeline,))
+    lost = verify(scenario)
+    assert lost.returncode == 1, lost.stdout
+    assert "FAIL sink = transform(committed input)" in lost.stdout
+    assert "FAIL sink = output" in lost.stdout
+    assert "FAIL dead letters = malformed committed input" in lost.stdout
+
+
+def test_verify_fails_when_a_published_batch_has_fewer_output_records_than_it_committed(settings, unique):
+    """The runner died after COMMIT and the old publish read an emptied staging table: 'published 0'."""
+    scenario = Scenario(settings, unique, "totals", records=1200, batch=800)
+    assert scenario.run().returncode == 0
+    assert verify(scenario, "--no-recompute").returncode == 0
+    with store.transaction(settings) as cur:  # the ledger says the commit wrote more records than Kafka holds
+        cur.execute("UPDATE eosbatch.batches SET outbox_records = outbox_records + 5 WHERE id = "
+                    "(SELECT max(id) FROM eosbatch.batches WHERE pipeline = %s AND state = 'published')",
+                    (scenario.pipeline,))
+    short = verify(scenario, "--no-recompute")
+    assert short.returncode == 1, short.stdout
+    assert "FAIL output" in short.stdout
