@@ -28,6 +28,13 @@ def downgrade(url: str, revision: str = "base") -> None:
     command.downgrade(_config(url), revision)
 
 
+def head() -> str | None:
+    """The newest revision this eosbatch knows."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(_config("postgresql://")).get_current_head()
+
+
 def current(url: str) -> str | None:
     engine = create_engine(url, poolclass=pool.NullPool)
     try:
