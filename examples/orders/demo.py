@@ -88,6 +88,13 @@ def check(settings: config.Settings) -> bool:
         summed[row["customer_id"]] = summed.get(row["customer_id"], Decimal(0)) + Decimal(str(row["total_amount"]))
     line("customer_totals topic sums to the sink", summed == {k: v[0] for k, v in got_totals.items()},
          f"{len(totals_out)} delta records")
+    from eosbatch.verify import audit
+
+    for name in ("order_totals", "orders_latest"):  # `eosbatch verify`: the same audit a user runs
+        report = audit(name)
+        line(f"{name}: eosbatch verify", report.ok,
+             "; ".join(f"{f.check}: {f.detail}" for f in report.violations) or
+             f"{sum(f.ok is True for f in report.findings)} checks hold, sink recomputed with Spark")
     print("exactly-once: " + ("PASS" if all(results) else "FAIL"))
     return all(results)
 
