@@ -68,7 +68,8 @@ def commit(pipeline: str, batch_id: int) -> dict[str, Any]:
     with _terminal_fails_for_good("commit"):
         batch = steps.commit(pipeline, batch_id, _log)
     return {"batch": batch.id, "state": batch.state, "records_read": batch.records_read,
-            "sink_rows": batch.sink_rows, "dead_letters": batch.dead_letters}
+            "sink_rows": batch.sink_rows, "dead_letters": batch.dead_letters, "output_records": batch.outbox_records,
+            "commit_seq": batch.commit_seq}
 
 
 def publish(pipeline: str, batch_id: int) -> int | None:
