@@ -222,6 +222,8 @@ def commit(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
     together, after proving that staging still holds every row the batch staged."""
     settings = config.load()
     pipeline = registry.get(pipeline_name)
+    # Asked before the transaction: a record the output cannot take is caught here, not after COMMIT.
+    limit = offsets.max_record_bytes(settings, pipeline.output.topic) if pipeline.output is not None else None
     try:
         with store.transaction(settings) as cur:
             batch = store.get_batch(cur, batch_id, lock=True)
@@ -250,8 +252,9 @@ def commit(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
             except psycopg2.errors.ExclusionViolation as exc:
                 raise RangeConflict(f"batch {batch_id}: a range overlaps one already committed: "
                                     f"{exc.diag.message_detail}") from None
-            moved = sinks.move_to_sink(cur, pipeline, batch, with_outbox=batch.publish)
+            moved = sinks.move_to_sink(cur, pipeline, batch, with_outbox=batch.publish, max_record_bytes=limit)
             dead = sinks.copy_dead_letters(cur, pipeline.name, batch_id, batch.writer_tags("dead_letters"))
+            dead += moved.too_big
             for tp, end in moves.moves.items():
                 cur.execute("UPDATE eosbatch.partition_offsets SET next_offset = %s "
                             "WHERE pipeline = %s AND topic = %s AND partition = %s",

@@ -74,3 +74,24 @@ def at_time(settings: Settings, topics: Iterable[str], timestamp_ms: int,
     except KafkaException as exc:
         raise KafkaUnavailable(f"kafka: list_offsets by timestamp failed: {exc}") from exc
     return found
+
+
+# librdkafka refuses a message larger than its `message.max.bytes` (default 1,000,000) before sending it;
+# the broker refuses one larger than the topic's `max.message.bytes`. Headers and framing take the rest.
+_PRODUCER_DEFAULT_MAX = 1_000_000
+RECORD_OVERHEAD = 1024
+
+
+def max_record_bytes(settings: Settings, topic: str) -> int:
+    """The largest key + value that a record of `topic` may carry, as both the producer and the topic see it."""
+    from confluent_kafka.admin import ConfigResource
+
+    client = admin(settings)
+    futures = client.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)], request_timeout=TIMEOUT)
+    try:
+        entries = next(iter(futures.values())).result(timeout=TIMEOUT)
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"kafka: describe_configs of topic {topic!r} failed: {exc}") from exc
+    topic_max = int(entries["max.message.bytes"].value)
+    producer_max = int(settings.kafka_config.get("message.max.bytes", _PRODUCER_DEFAULT_MAX))
+    return min(topic_max, producer_max) - RECORD_OVERHEAD

@@ -256,6 +256,7 @@ def _new_row_wins(pipeline: Pipeline, columns: list[str], kind: BatchKind) -> sq
 class Moved(NamedTuple):
     sink_rows: int    # rows the upsert inserted or changed
     outbox: int       # output records written to the logged outbox (what publish must produce)
+    too_big: int = 0  # rows whose output record would exceed the topic's limit: dead letters instead
 
 
 def _batch_rows(pipeline: Pipeline, columns: list[str]) -> tuple[sql.Composed, list[str]]:
@@ -272,10 +273,14 @@ def _batch_rows(pipeline: Pipeline, columns: list[str]) -> tuple[sql.Composed, l
         key_list, names, _staged(pipeline), order_by), columns
 
 
-def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: bool) -> Moved:
+def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: bool,
+                 max_record_bytes: int | None = None) -> Moved:
     """Upsert the successful writers' staged rows into the sink and, in the same statement, write the output
     records into the logged outbox from what the upsert really did: a row the sink refused (an older
-    version) is not published, and after COMMIT publish needs nothing from unlogged staging."""
+    version) is not published, and after COMMIT publish needs nothing from unlogged staging.
+
+    A row whose output record would be larger than `max_record_bytes` could never be published, so it would
+    block the lane for ever after COMMIT: it goes to the dead letters instead of the sink and the output."""
     columns = batch_columns(cur, pipeline, batch)
     if not columns or not batch.writer_tags("sink"):
         return Moved(0, 0)
@@ -312,11 +317,35 @@ def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: boo
             "FROM {published} c RETURNING 1").format(
             keys=sql.SQL(", ").join(sql.SQL("c.{}").format(sql.Identifier(k)) for k in pipeline.sink.key),
             okey=sql.Identifier(pipeline.output.key), src=sql.SQL(", ").join(source), published=published)
-    cur.execute(sql.SQL("WITH batch_rows AS ({rows}), changed AS ({upsert}), outboxed AS ({outbox}) "
-                        "SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM outboxed)").format(
-        rows=rows, upsert=upsert, outbox=outbox), params)
-    sink_rows, outboxed = cur.fetchone()
-    return Moved(int(sink_rows), int(outboxed) if with_outbox and pipeline.output is not None else 0)
+    fits, too_big = sql.SQL("SELECT * FROM all_rows"), sql.SQL("SELECT 1 WHERE false")
+    if with_outbox and pipeline.output is not None and max_record_bytes is not None:
+        size = sql.SQL("octet_length(row_to_json(r)::text) + coalesce(octet_length(r.{}::text), 0)").format(
+            sql.Identifier(pipeline.output.key))
+        fits = sql.SQL("SELECT r.* FROM all_rows r WHERE {} <= %(max_bytes)s").format(size)
+        position = position_columns(out)
+        topic = sql.SQL("r.{}").format(sql.Identifier("topic")) if "topic" in position else sql.Literal(
+            pipeline.source.topics[0] if position else pipeline.output.topic)
+        # A row without one source position (an aggregate) is recorded against the output topic, partition -1.
+        where = (sql.SQL("r.{}, r.{}").format(sql.Identifier("partition"), sql.Identifier("offset")) if position
+                 else sql.SQL("-1, -(%(batch)s * 1000000 + row_number() OVER ())"))
+        too_big = sql.SQL(
+            'INSERT INTO eosbatch.dead_letters (pipeline, batch_id, topic, partition, "offset", key, value, error) '
+            "SELECT %(pipeline)s, %(batch)s, {topic}, {where}, convert_to(r.{okey}::text, 'UTF8'), "
+            "convert_to(row_to_json(r)::text, 'UTF8'), 'output record of ' || {size} || ' bytes exceeds the "
+            "output topic''s limit of ' || %(max_bytes)s || ' bytes (max.message.bytes, message.max.bytes, less "
+            "headers): not stored in the sink, not published' FROM all_rows r WHERE {size} > %(max_bytes)s "
+            'ON CONFLICT (pipeline, topic, partition, "offset") DO UPDATE SET batch_id = EXCLUDED.batch_id, '
+            "error = EXCLUDED.error RETURNING 1").format(topic=topic, where=where, size=size,
+                                                         okey=sql.Identifier(pipeline.output.key))
+        params.update(max_bytes=max_record_bytes, pipeline=pipeline.name)
+    cur.execute(sql.SQL("WITH all_rows AS ({rows}), batch_rows AS ({fits}), too_big AS ({too_big}), "
+                        "changed AS ({upsert}), outboxed AS ({outbox}) "
+                        "SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM outboxed), "
+                        "(SELECT count(*) FROM too_big)").format(
+        rows=rows, fits=fits, too_big=too_big, upsert=upsert, outbox=outbox), params)
+    sink_rows, outboxed, oversized = cur.fetchone()
+    return Moved(int(sink_rows), int(outboxed) if with_outbox and pipeline.output is not None else 0,
+                 int(oversized))
 
 
 def legacy_outbox(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Composed | None:
