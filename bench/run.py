@@ -155,16 +155,48 @@ def run_pipeline(settings: Settings, run: Run, partitions: int, padding: int, pu
     if batch is None:
         raise RuntimeError(f"{run.name}: nothing to plan in {run.topic}")
     _, process_s = _timed(steps.process, run.name, batch.id)
+    durability = durability_cost(settings, run.name, batch.id)
     committed, commit_s = _timed(steps.commit, run.name, batch.id)
     if committed.records_read != run.records:
         raise RuntimeError(f"{run.name}: batch {batch.id} read {committed.records_read} records, "
                            f"expected all {run.records} in one batch")
     published = _publish(run.name, batch.id, publish_in_child)
     staged = committed.records_read - (committed.dead_letters or 0)
+    print("\n" + _table(["commit statement, side by side (rolled back)", "records", "seconds", "records/s",
+                         "vs upsert only", ""], [_row(t, durability[0]) for t in durability]) + "\n", flush=True)
     return generated, [Timing("plan", run.records, plan_s),
                        Timing("process (spark-submit)", committed.records_read, process_s),
                        Timing(f"commit ({committed.sink_rows:,} sink rows)", staged, commit_s),
                        Timing("publish + finalize", published.records, published.seconds)], published
+
+
+def durability_cost(settings: Settings, pipeline: str, batch_id: int, rounds: int = 3) -> list[Timing]:
+    """The commit's durability costs, measured on the batch just staged, alternating, each in a transaction
+    that is rolled back: the upsert alone (what the commit did before the outbox) against the staged-count
+    check plus the upsert that also writes the logged outbox from RETURNING. Best of `rounds` each."""
+    from eosbatch.ledger import sinks, store
+
+    defined = registry.get(pipeline)
+    best: dict[str, tuple[int, float]] = {}
+    for _ in range(rounds):
+        for label, durable in (("upsert only (before)", False), ("count check + upsert + outbox (now)", True)):
+            connection = store.connect(settings)
+            try:
+                with connection.cursor() as cur:
+                    batch = store.get_batch(cur, batch_id)
+                    started = time.perf_counter()
+                    if durable:
+                        assert not sinks.missing_staged(cur, defined, batch)
+                    moved = sinks.move_to_sink(cur, defined, batch, with_outbox=durable)
+                    seconds = time.perf_counter() - started
+                connection.rollback()
+            finally:
+                connection.close()
+            staged = sum((batch.writer_counts("sink") or {}).values())
+            if label not in best or seconds < best[label][1]:
+                best[label] = (staged, seconds)
+            del moved
+    return [Timing(label, n, s) for label, (n, s) in best.items()]
 
 
 # ---------------------------------------------------------------- this machine's ceilings

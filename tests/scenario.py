@@ -99,6 +99,11 @@ class Scenario:
             assert {tp: min(r.start for r in covered if r.tp == tp) for tp in next_offsets} == \
                 {tp: 0 for tp in next_offsets}
         assert set(self.states()) <= {"published", "aborted"}
+        with store.transaction(self.settings) as cur:  # every published batch knows its count, fixed at commit
+            cur.execute("SELECT id, published_records, outbox_records FROM eosbatch.batches WHERE pipeline = %s "
+                        "AND state = 'published' AND (published_records IS NULL OR outbox_records IS NULL "
+                        "OR published_records <> outbox_records)", (self.pipeline,))
+            assert cur.fetchall() == []
         outputs = read_topic(self.settings, self.output)
         check = check_output(self.settings, self.pipeline, self.output, outputs)
         assert check.ok, check
