@@ -101,8 +101,9 @@ class Scenario:
         assert set(self.states()) <= {"published", "aborted"}
         with store.transaction(self.settings) as cur:  # every published batch knows its count, fixed at commit
             cur.execute("SELECT id, published_records, outbox_records FROM eosbatch.batches WHERE pipeline = %s "
-                        "AND state = 'published' AND (published_records IS NULL OR outbox_records IS NULL "
-                        "OR published_records <> outbox_records)", (self.pipeline,))
+                        "AND state = 'published' AND (published_records IS NULL OR published_records <> outbox_records "
+                        # a batch committed by the previous release has no outbox: the count its publish made
+                        "OR (outbox_records IS NULL AND commit_seq IS NOT NULL))", (self.pipeline,))
             assert cur.fetchall() == []
         outputs = read_topic(self.settings, self.output)
         check = check_output(self.settings, self.pipeline, self.output, outputs)
