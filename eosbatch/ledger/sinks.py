@@ -313,9 +313,8 @@ def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: boo
                   for c in ("topic", "partition", "offset")]
         outbox = sql.SQL(
             "INSERT INTO eosbatch.outbox (batch_id, seq, key, value, source_topic, source_partition, source_offset) "
-            "SELECT %(batch)s, row_number() OVER (ORDER BY {keys}), c.{okey}::text, row_to_json(c)::text, {src} "
+            "SELECT %(batch)s, row_number() OVER (), c.{okey}::text, row_to_json(c)::text, {src} "
             "FROM {published} c RETURNING 1").format(
-            keys=sql.SQL(", ").join(sql.SQL("c.{}").format(sql.Identifier(k)) for k in pipeline.sink.key),
             okey=sql.Identifier(pipeline.output.key), src=sql.SQL(", ").join(source), published=published)
     fits, too_big = sql.SQL("SELECT * FROM all_rows"), sql.SQL("SELECT 1 WHERE false")
     if with_outbox and pipeline.output is not None and max_record_bytes is not None:
