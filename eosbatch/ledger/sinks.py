@@ -332,10 +332,14 @@ def legacy_outbox(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Composed
 
 def copy_dead_letters(cur: Cursor, pipeline: str, batch_id: int, writers: list[str]) -> int:
     cur.execute(
-        """INSERT INTO eosbatch.dead_letters (pipeline, batch_id, topic, partition, "offset", key, value, error)
-           SELECT %s, batch_id, topic, partition, "offset", key, value, error
-             FROM eosbatch.staged_dead_letters WHERE batch_id = %s AND writer = ANY(%s)
-           ON CONFLICT (pipeline, topic, partition, "offset")
+        """INSERT INTO eosbatch.dead_letters (pipeline, batch_id, topic, partition, incarnation, "offset", key, value,
+                                              error)
+           SELECT %s, d.batch_id, d.topic, d.partition, COALESCE(r.incarnation, 0), d."offset", d.key, d.value, d.error
+             FROM eosbatch.staged_dead_letters d
+             LEFT JOIN eosbatch.batch_ranges r ON r.batch_id = d.batch_id AND r.topic = d.topic
+                                              AND r.partition = d.partition
+            WHERE d.batch_id = %s AND d.writer = ANY(%s)
+           ON CONFLICT (pipeline, topic, partition, incarnation, "offset")
            DO UPDATE SET batch_id = EXCLUDED.batch_id, error = EXCLUDED.error, created_at = now()""",
         (pipeline, batch_id, writers))
     return cur.rowcount
