@@ -86,18 +86,21 @@ def resolve_request(settings: config.Settings, pipeline: Pipeline, ranges: Itera
 
 
 def _next_offsets(cur: store.Cursor, pipeline: Pipeline, bounds: dict[TopicPartition, PartitionBounds],
-                  track: bool) -> dict[TopicPartition, int]:
-    """The regular lane's next offsets; partitions it has not seen yet start where its first plan would."""
+                  topic_ids: dict[str, str], track: bool) -> dict[TopicPartition, int]:
+    """The regular lane's next offsets; partitions it has not seen yet start where its first plan would.
+    A source topic that changed under the pipeline stops a backfill as it stops a regular plan."""
     if track:
-        steps.track_partitions(cur, pipeline, bounds)
+        steps.track_partitions(cur, pipeline, bounds, topic_ids)
         return store.next_offsets(cur, pipeline.name)
     known = store.next_offsets(cur, pipeline.name)
+    steps.check_sources(cur, pipeline, bounds, topic_ids, known)
     return {**steps.starting_offsets(pipeline, bounds, known), **known}
 
 
 def _plan(cur: store.Cursor, pipeline: Pipeline, requested: list[OffsetRange],
-          bounds: dict[TopicPartition, PartitionBounds], mode: Mode, track: bool) -> BackfillPlan:
-    return plan_backfill(requested, bounds, _next_offsets(cur, pipeline, bounds, track),
+          bounds: dict[TopicPartition, PartitionBounds], topic_ids: dict[str, str], mode: Mode, track: bool
+          ) -> BackfillPlan:
+    return plan_backfill(requested, bounds, _next_offsets(cur, pipeline, bounds, topic_ids, track),
                          store.committed_coverage(cur, pipeline.name), store.in_flight(cur, pipeline.name),
                          mode, pipeline.source.max_records_per_batch)
 
@@ -149,19 +152,19 @@ def backfill(pipeline_name: str, ranges: Iterable[str] | None = None, time_from:
     kind: BatchKind = "backfill" if mode == "fill" else "reprocess"
     if publish:
         steps.check_output_topic(settings, pipeline)
-    bounds = offsets.bounds(settings, pipeline.source.topics)
+    topic_ids, bounds = offsets.source_state(settings, pipeline.source.topics)
     requested = resolve_request(settings, pipeline, ranges, time_from, time_to, bounds)
     if not requested:
         raise InvalidRange(f"the window {time_from} .. {time_to} holds no records in "
                            f"{', '.join(pipeline.source.topics)}")
     if dry_run:
         with store.transaction(settings) as cur:
-            return BackfillReport(_plan(cur, pipeline, requested, bounds, mode, track=False), dry_run=True)
+            return BackfillReport(_plan(cur, pipeline, requested, bounds, topic_ids, mode, track=False), dry_run=True)
 
     epoch = steps.recover(pipeline.name, log, "backfill")
     with store.transaction(settings) as cur:
         store.lock_pipeline(cur, pipeline.name, "backfill")
-        first_plan = _plan(cur, pipeline, requested, bounds, mode, track=True)
+        first_plan = _plan(cur, pipeline, requested, bounds, topic_ids, mode, track=True)
     for line in describe(first_plan):
         log(line)
     bar = progress or Progress(first_plan.offsets, enabled=False)
@@ -173,7 +176,7 @@ def backfill(pipeline_name: str, ranges: Iterable[str] | None = None, time_from:
         with store.transaction(settings) as cur:
             store.hold_lane(cur, pipeline.name, "backfill", epoch)
             if mode == "fill":  # plan again each time: whatever another runner committed meanwhile drops out
-                queue = list(_plan(cur, pipeline, requested, bounds, mode, track=True).batches)
+                queue = list(_plan(cur, pipeline, requested, bounds, topic_ids, mode, track=True).batches)
             if not queue:
                 break
             chosen = queue.pop(0)
@@ -218,6 +221,12 @@ def replay(pipeline_name: str, batch_id: int, log: Log = _quiet) -> ReplayReport
 
     with store.transaction(settings) as cur:
         batch, first = decide(cur)
+        stale = store.stale_ranges(cur, batch.id) if first.action == "replay" else []
+    if stale:  # offsets of an incarnation left by a reset name records that are gone (or other records now)
+        reason = (f"batch {batch_id} read {', '.join(map(str, stale))} in an incarnation of its source that a reset "
+                  "has left since (eosbatch status shows the resets); nothing to replay")
+        log(reason)
+        return ReplayReport("nothing", reason)
     log(first.reason)
     if first.action == "nothing":
         return ReplayReport("nothing", first.reason)
@@ -254,24 +263,33 @@ class PartitionCoverage(NamedTuple):
     log_start: int
     last_stable: int
     next_offset: int | None
-    committed: tuple[OffsetRange, ...]   # merged
-    holes: tuple[OffsetRange, ...]       # between the log start and the next offset, not committed
+    committed: tuple[OffsetRange, ...]   # merged, in the incarnation read now
+    holes: tuple[OffsetRange, ...]       # between the log start and the next offset, neither committed nor declared
     in_flight: tuple[OffsetRange, ...]
+    incarnation: int = 0
+    declared: tuple[OffsetRange, ...] = ()   # skipped on purpose by a recorded reset (eosbatch reset)
 
 
 def coverage(pipeline_name: str) -> list[PartitionCoverage]:
+    """Per partition, in the incarnation it is read in now: committed coverage, declared gaps (resets) and the
+    holes left between the log start and the next offset."""
     settings = config.load()
     pipeline = registry.get(pipeline_name)
     bounds = offsets.bounds(settings, pipeline.source.topics)
     with store.transaction(settings) as cur:
-        next_offsets = store.next_offsets(cur, pipeline.name)
+        where = store.incarnations(cur, pipeline.name)
         committed = merge(store.committed_coverage(cur, pipeline.name))
         busy = merge(store.in_flight(cur, pipeline.name))
+        resets = [r for _, _, _, r in store.resets(cur, pipeline.name)]
     report = []
     for tp, bound in sorted(bounds.items()):
         mine = [r for r in committed if r.tp == tp]
-        at = next_offsets.get(tp)
+        now = where.get(tp)
+        at = now.next_offset if now is not None else None
+        declared = merge(r.skipped for r in resets if r.skipped is not None and r.tp == tp
+                         and now is not None and r.from_incarnation == now.incarnation)
         span = [OffsetRange(tp.topic, tp.partition, bound.low, at)] if at is not None and at > bound.low else []
         report.append(PartitionCoverage(tp, bound.low, bound.stable, at, tuple(mine),
-                                        tuple(subtract(span, mine)), tuple(r for r in busy if r.tp == tp)))
+                                        tuple(subtract(span, mine + declared)), tuple(r for r in busy if r.tp == tp),
+                                        now.incarnation if now is not None else 0, tuple(declared)))
     return report

@@ -59,6 +59,17 @@ def _parser() -> argparse.ArgumentParser:
     how.add_argument("--published", action="store_true",
                      help="its records are in the output topic (header eosbatch.batch): finalize, produce nothing")
     how.add_argument("--republish", action="store_true", help="they are not: publish the batch's outbox now")
+    reset = sub.add_parser("reset", help="after a source change: move partitions or accept a recreated topic",
+                           description="Recorded in the ledger: skipped offsets become declared gaps; a recreated "
+                                       "topic (new topic ID) starts a new incarnation. Never done automatically.")
+    reset.add_argument("pipeline")
+    where = reset.add_mutually_exclusive_group(required=True)
+    where.add_argument("--partition", dest="partitions", action="append", metavar="TOPIC:PARTITION",
+                       help="a partition to move; repeat for more")
+    where.add_argument("--topic", help="accept the topic's new topic ID (deleted and recreated)")
+    reset.add_argument("--to", required=True, metavar="OFFSET|earliest|latest",
+                       help="the new next offset (--topic: earliest or latest)")
+    reset.add_argument("--reason", help="why, recorded with the reset")
     abort = sub.add_parser("abort", help="abort a pipeline's unfinished (uncommitted) batches")
     abort.add_argument("pipeline")
     abort.add_argument("batch_id", nargs="?", type=int)
@@ -94,6 +105,10 @@ def _print_status(report: dict) -> None:  # type: ignore[type-arg]
     print(f"  {'partition':<24} {'next':>10} {'LSO':>10} {'lag':>8}")
     for p in report["partitions"]:
         print(f"  {p['partition']:<24} {str(p['next_offset']):>10} {p['last_stable_offset']:>10} {str(p['lag']):>8}")
+    for problem in report.get("source_problems", []):
+        print(f"  STOPPED: {problem}")
+    for r in report.get("resets", []):
+        print(f"  reset {r['id']} at {r['at']}: {r['reset']} ({r['reason']})")
     print(f"  {'batch':>6} {'kind':<9} {'state':<10} {'read':>8} {'sink':>8} {'dead':>6} {'out':>8}  ranges")
     for b in report["batches"]:
         print(f"  {b['id']:>6} {b['kind']:<9} {b['state']:<10} {str(b['records_read']):>8} {str(b['sink_rows']):>8} "
@@ -110,6 +125,8 @@ def _print_ranges(report: list) -> None:  # type: ignore[type-arg]
         print(f"{p.partition}  log {p.log_start}-{p.last_stable}  next {p.next_offset}")
         print(f"  committed  {show(p.committed)}")
         print(f"  holes      {show(p.holes)}")
+        if p.declared:
+            print(f"  declared   {show(p.declared)}  (skipped by a reset, see eosbatch status)")
         if p.in_flight:
             print(f"  in flight  {show(p.in_flight)}")
 
@@ -179,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps([{"partition": str(p.partition), "log_start": p.log_start,
                                    "last_stable_offset": p.last_stable, "next_offset": p.next_offset,
                                    "committed": [str(r) for r in p.committed], "holes": [str(r) for r in p.holes],
-                                   "in_flight": [str(r) for r in p.in_flight]} for p in coverage], indent=2))
+                                   "in_flight": [str(r) for r in p.in_flight], "incarnation": p.incarnation,
+                                   "declared": [str(r) for r in p.declared]} for p in coverage], indent=2))
             else:
                 _print_ranges(coverage)
         elif args.command == "airflow":
@@ -195,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "publish":
             settled = commands.settle_publish(args.pipeline, args.batch_id, republish=args.republish, log=print)
             print(f"batch {settled.id}: {settled.state}")
+        elif args.command == "reset":
+            moved = commands.reset(args.pipeline, args.partitions, args.topic, args.to, args.reason, log=print)
+            print(f"{len(moved)} partition(s) reset")
         elif args.command == "abort":
             aborted = commands.steps.abort(args.pipeline, args.batch_id, reason="aborted by eosbatch abort",
                                            log=print)

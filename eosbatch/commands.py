@@ -9,6 +9,7 @@ from eosbatch import backfill as history
 from eosbatch import config, registry, stack, steps
 from eosbatch.kafka import offsets
 from eosbatch.ledger import migrate, store
+from eosbatch.protocol import sources
 
 Log = Callable[[str], None]
 
@@ -66,22 +67,91 @@ def ranges(pipeline: str) -> list[history.PartitionCoverage]:
 
 
 def status(pipeline_name: str, limit: int = 10) -> dict[str, Any]:
-    """Recent batches, and per partition: next offset, last stable offset, lag."""
+    """Recent batches, per partition next offset, last stable offset and lag, the source topics' IDs, any
+    source change that stops the pipeline, and the resets recorded."""
     settings = config.load()
     pipeline = registry.get(pipeline_name)
-    bounds = offsets.bounds(settings, pipeline.source.topics)
+    topic_ids, bounds = offsets.source_state(settings, pipeline.source.topics)
     with store.transaction(settings) as cur:
         store.lock_pipeline(cur, pipeline.name)
-        next_offsets = store.next_offsets(cur, pipeline.name)
+        where = store.incarnations(cur, pipeline.name)
+        known = store.source_topics(cur, pipeline.name)
+        resets = store.resets(cur, pipeline.name)
         batches = store.recent_batches(cur, pipeline.name, limit)
+    check = sources.check_sources(known, topic_ids, {tp: w.next_offset for tp, w in where.items()}, bounds)
+    # A partition whose source changed has no meaningful lag: its offsets are not the ledger's any more.
+    unsure = {p.topic for p in check.problems if p.kind == "new_topic_id"}
+    unsure_tps = {(p.topic, p.partition) for p in check.problems if p.partition is not None}
     partitions = []
     for tp, bound in sorted(bounds.items()):
-        next_offset = next_offsets.get(tp)
+        now = where.get(tp)
+        next_offset = now.next_offset if now is not None else None
+        lag = (None if next_offset is None or tp.topic in unsure or (tp.topic, tp.partition) in unsure_tps
+               else max(0, bound.stable - next_offset))
         partitions.append({"partition": str(tp), "next_offset": next_offset, "log_start": bound.low,
-                           "last_stable_offset": bound.stable,
-                           "lag": None if next_offset is None else max(0, bound.stable - next_offset)})
-    return {"pipeline": pipeline.name, "partitions": partitions, "batches": [
+                           "last_stable_offset": bound.stable, "lag": lag,
+                           "incarnation": now.incarnation if now is not None else None})
+    return {"pipeline": pipeline.name, "partitions": partitions,
+            "topics": {t: {"topic_id": topic_ids.get(t), "ledger_topic_id": known[t].topic_id if t in known else None,
+                           "incarnation": known[t].incarnation if t in known else 0}
+                       for t in pipeline.source.topics},
+            "source_problems": [p.describe(pipeline.name) for p in check.problems],
+            "resets": [{"id": i, "at": when.isoformat(timespec="seconds"), "reset": str(r), "reason": reason}
+                       for i, when, reason, r in resets],
+            "batches": [
         {"id": b.id, "kind": b.kind, "state": b.state, "ranges": [str(r) for r in b.ranges],
          "records_read": b.records_read, "sink_rows": b.sink_rows, "dead_letters": b.dead_letters,
          "published": b.published_records, "error": b.error, "updated": b.updated_at.isoformat(timespec="seconds")}
         for b in batches]}
+
+
+def reset(pipeline_name: str, partitions: list[str] | None = None, topic: str | None = None, to: str = "",
+          reason: str | None = None, log: Log = print) -> list[sources.Reset]:
+    """The operator's way on after a source change: move partitions (`--partition orders:0 --to 1200`) or
+    accept a recreated topic (`--topic orders --to earliest`), recorded in the ledger with what was skipped.
+
+    It takes both lanes first (their epochs go up, unfinished batches are aborted, committed ones published),
+    so no runner can commit ranges planned before the reset; then one transaction decides and records."""
+    from eosbatch.exceptions import ConfigError
+    from eosbatch.ledger.exceptions import StaleEpoch
+
+    settings = config.load()
+    pipeline = registry.get(pipeline_name)
+    if bool(partitions) == bool(topic):
+        raise ConfigError("reset", "give --partition TOPIC:PARTITION (repeatable) or --topic TOPIC, not both")
+    target = sources.parse_target(to)
+    wanted = [sources.parse_partition(text) for text in partitions or []]
+    for name in [tp.topic for tp in wanted] + ([topic] if topic else []):
+        if name not in pipeline.source.topics:
+            raise ConfigError("reset", f"{name!r} is not a source topic of {pipeline.name} "
+                                       f"({', '.join(pipeline.source.topics)})")
+    why = reason or "eosbatch reset"
+    epochs = {lane: steps.recover(pipeline.name, log, lane) for lane in ("regular", "backfill")}
+    topic_ids, bounds = offsets.source_state(settings, pipeline.source.topics)
+    done: list[sources.Reset] = []
+    with store.transaction(settings) as cur:
+        for lane, epoch in epochs.items():
+            store.hold_lane(cur, pipeline.name, lane, epoch)  # type: ignore[arg-type]
+        if busy := store.open_batches(cur, pipeline.name):
+            raise StaleEpoch(f"pipeline {pipeline.name}: batches {[b.id for b in busy]} are unfinished after "
+                             "recovery (a runner is working); run the reset again when they are done")
+        if topic:
+            change = sources.plan_topic_reset(topic, store.source_topics(cur, pipeline.name).get(topic),
+                                              topic_ids[topic], store.incarnations(cur, pipeline.name, lock=True),
+                                              bounds, target)
+            store.apply_topic_reset(cur, pipeline.name, change, why)
+            done.extend(change.resets)
+            log(f"{pipeline.name}: topic {topic} read as topic ID {change.topic_id}, incarnation "
+                f"{change.incarnation}, from {', '.join(f'{tp} {n}' for tp, n in change.starts.items())}")
+            for tp in change.dropped:
+                log(f"{tp}: not in the new topic; no longer read")
+        for tp in wanted:
+            where = store.incarnations(cur, pipeline.name, lock=True)
+            step = sources.plan_partition_reset(tp, where.get(tp), bounds.get(tp), target,
+                                                store.source_topics(cur, pipeline.name).get(tp.topic),
+                                                topic_ids[tp.topic])
+            store.apply_reset(cur, pipeline.name, step, why)
+            done.append(step)
+    for step in done:
+        log(f"reset {step}")
+    return done

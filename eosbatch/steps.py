@@ -29,7 +29,9 @@ from eosbatch.ledger import sinks, store
 from eosbatch.ledger.exceptions import NotStaged, OffsetMismatch, RangeConflict, StagingLost
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol import ranges as plan_ranges
+from eosbatch.protocol import sources
 from eosbatch.protocol.backfill import offset_moves
+from eosbatch.protocol.exceptions import SourceChanged
 from eosbatch.protocol.recovery import marker_metadata, publish_action, recovery_action
 from eosbatch.protocol.states import ABORTABLE, Lane, claims_coverage, lane
 
@@ -88,10 +90,10 @@ def plan(pipeline_name: str, log: Log = _quiet) -> store.Batch | None:
     pipeline = registry.get(pipeline_name)
     check_output_topic(settings, pipeline)
     epoch = recover(pipeline.name, log)
-    bounds = offsets.bounds(settings, pipeline.source.topics)
+    topic_ids, bounds = offsets.source_state(settings, pipeline.source.topics)
     with store.transaction(settings) as cur:
         store.hold_lane(cur, pipeline.name, "regular", epoch)
-        track_partitions(cur, pipeline, bounds)
+        track_partitions(cur, pipeline, bounds, topic_ids, log)
         ranges = plan_ranges.plan_next(store.next_offsets(cur, pipeline.name), bounds,
                                        pipeline.source.max_records_per_batch)
         if not ranges:
@@ -109,18 +111,35 @@ def check_output_topic(settings: config.Settings, pipeline: Pipeline) -> None:
         offsets.partitions(offsets.admin(settings), [pipeline.output.topic], field="output.topic")
 
 
-def track_partitions(cur: store.Cursor, pipeline: Pipeline, bounds: dict[Any, plan_ranges.PartitionBounds]
-                     ) -> None:
-    """Give partitions seen for the first time their starting next offset (earliest or latest)."""
+def track_partitions(cur: store.Cursor, pipeline: Pipeline, bounds: dict[Any, plan_ranges.PartitionBounds],
+                     topic_ids: dict[str, str], log: Log = _quiet) -> None:
+    """Check that the source topics are the ones the ledger reads (topic IDs, offsets), then give partitions
+    seen for the first time their starting next offset. A source change raises SourceChanged, naming the
+    reset that goes on: nothing ever jumps by itself."""
     known = store.next_offsets(cur, pipeline.name, lock=True)
-    store.add_partitions(cur, pipeline.name, starting_offsets(pipeline, bounds, known))
+    check = check_sources(cur, pipeline, bounds, topic_ids, known)
+    if check.adopt:
+        store.record_topic_ids(cur, pipeline.name, check.adopt)
+    starts = starting_offsets(pipeline, bounds, known)
+    if starts:
+        log(f"reading new partitions: {', '.join(f'{tp} from {n}' for tp, n in sorted(starts.items()))}")
+    store.add_partitions(cur, pipeline.name, starts)
+
+
+def check_sources(cur: store.Cursor, pipeline: Pipeline, bounds: dict[Any, plan_ranges.PartitionBounds],
+                  topic_ids: dict[str, str], known: dict[Any, int]) -> sources.SourceCheck:
+    """SourceChanged when a source topic is not the one the ledger reads any more; else what to record."""
+    check = sources.check_sources(store.source_topics(cur, pipeline.name), topic_ids, known, bounds)
+    if check.problems:
+        raise SourceChanged(f"pipeline {pipeline.name}: {sources.describe_problems(check.problems, pipeline.name)}")
+    return check
 
 
 def starting_offsets(pipeline: Pipeline, bounds: dict[Any, plan_ranges.PartitionBounds], known: dict[Any, int]
                      ) -> dict[Any, int]:
-    """Where the regular lane starts on partitions it has not seen: the log start or the last stable offset."""
-    first = pipeline.source.starting_offsets
-    return {tp: (b.low if first == "earliest" else b.stable) for tp, b in bounds.items() if tp not in known}
+    """Where the regular lane starts on partitions it has not seen (see sources.starting_offsets: `latest`
+    only for the partitions a topic had when the pipeline started reading it)."""
+    return sources.starting_offsets(pipeline.source.starting_offsets, bounds, known)
 
 
 # ---------------------------------------------------------------- process (Spark)
@@ -243,12 +262,7 @@ def commit(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
                                   "plans the same ranges again")
             try:
                 if claims_coverage(batch.kind):
-                    psycopg2.extras.execute_values(
-                        cur, "INSERT INTO eosbatch.committed_ranges (pipeline, topic, partition, offsets, batch_id)"
-                             " VALUES %s",
-                        [(pipeline.name, r.topic, r.partition, psycopg2.extras.NumericRange(r.start, r.end, "[)"),
-                          batch_id) for r in batch.ranges],
-                        template="(%s, %s, %s, %s::int8range, %s)")
+                    store.claim_coverage(cur, batch)  # in the incarnation each range was planned in
             except psycopg2.errors.ExclusionViolation as exc:
                 raise RangeConflict(f"batch {batch_id}: a range overlaps one already committed: "
                                     f"{exc.diag.message_detail}") from None

@@ -19,7 +19,8 @@ from confluent_kafka import TopicPartition as KafkaTP
 from eosbatch.config import Settings
 from eosbatch.kafka.offsets import admin, partitions
 from eosbatch.ledger import store
-from eosbatch.protocol.ranges import OffsetRange, merge
+from eosbatch.protocol.ranges import OffsetRange
+from eosbatch.protocol.sources import coverage_problems
 
 
 class Record(NamedTuple):
@@ -114,16 +115,21 @@ def check_output(settings: Settings, pipeline: str, topic: str, records: list[Re
 
 
 def coverage_gaps(settings: Settings, pipeline: str) -> dict[str, list[OffsetRange]]:
-    """Per partition, the merged committed coverage when it is not one piece ending at the next offset."""
+    """Per partition and incarnation, the merged committed coverage when, with the gaps that resets declared,
+    it is not one piece ending where the pipeline left that incarnation (its next offset, or the reset that
+    started the next incarnation). Keys: "topic:partition", "topic:partition#N" for an earlier incarnation N."""
     with store.transaction(settings) as cur:
-        covered = merge(store.committed_coverage(cur, pipeline))
-        next_offsets = store.next_offsets(cur, pipeline)
-    problems: dict[str, list[OffsetRange]] = {}
-    for tp, next_offset in next_offsets.items():
-        pieces = [r for r in covered if r.tp == tp]
-        if pieces and (len(pieces) != 1 or pieces[0].end != next_offset):
-            problems[str(tp)] = pieces
-    return problems
+        covered = store.coverage_by_incarnation(cur, pipeline)
+        where = store.incarnations(cur, pipeline)
+        resets = [r for _, _, _, r in store.resets(cur, pipeline)]
+    return coverage_problems(covered, where, resets)
+
+
+def declared_gaps(settings: Settings, pipeline: str) -> list[str]:
+    """The resets an operator made: offsets skipped on purpose, or a move to a new incarnation, with why."""
+    with store.transaction(settings) as cur:
+        return [f"reset {i} at {when.isoformat(timespec='seconds')}: {reset} ({reason})"
+                for i, when, reason, reset in store.resets(cur, pipeline)]
 
 
 # ---------------------------------------------------------------- the audit: `eosbatch verify PIPELINE`
@@ -169,15 +175,19 @@ def audit(pipeline_name: str, recompute: bool = True, log: Callable[[str], None]
     with store.transaction(settings) as cur:
         cur.execute("SELECT count(*) FROM eosbatch.committed_ranges a JOIN eosbatch.committed_ranges b "
                     "ON a.pipeline = b.pipeline AND a.topic = b.topic AND a.partition = b.partition "
+                    "AND a.incarnation = b.incarnation "
                     "AND a.batch_id < b.batch_id AND a.offsets && b.offsets WHERE a.pipeline = %s", (pipeline.name,))
         overlaps = int(cur.fetchone()[0])
         cur.execute("SELECT id, state, kind, publish FROM eosbatch.batches WHERE pipeline = %s ORDER BY id",
                     (pipeline.name,))
         batches = cur.fetchall()
     gaps = coverage_gaps(settings, pipeline.name)
+    declared = declared_gaps(settings, pipeline.name)
     findings.append(Finding("coverage", not overlaps and not gaps,
                             "every committed offset once, no holes" if not overlaps and not gaps else
                             f"{overlaps} overlapping ranges; holes or an end short of the next offset: {gaps}"))
+    if declared:  # not a violation: an operator skipped these on purpose, and the ledger says so
+        findings.append(Finding("declared gaps", None, "; ".join(declared)))
     pending = [i for i, state, _, _ in batches if state in ("planned", "staged", "committed")]
     if pending:
         findings.append(Finding("settled", None, f"batches {pending} are not finished yet: the checks below may "
@@ -197,7 +207,13 @@ def audit(pipeline_name: str, recompute: bool = True, log: Callable[[str], None]
                                     f"({silent})" if silent else "skipped: batches in flight"))
         else:
             findings.append(_sink_vs_output(settings, pipeline, records))
-    if recompute:
+    with store.transaction(settings) as cur:
+        moved = [r for _, _, _, r in store.resets(cur, pipeline.name) if r.to_incarnation != r.from_incarnation]
+    if recompute and moved:  # the earlier incarnation's records are gone from Kafka (or replaced): unreadable
+        findings.append(Finding("sink = transform(committed input)", None, "skipped: the sink holds records of an "
+                                f"earlier incarnation of {', '.join(sorted({str(r.tp) for r in moved}))} that "
+                                "Kafka no longer has"))
+    elif recompute:
         log("verify: recomputing the sink from the committed input with Spark")
         findings += _sink_vs_input(settings, pipeline)
     return Audit(pipeline.name, findings)
@@ -312,7 +328,7 @@ def _sink_vs_input(settings: Settings, pipeline: Any) -> list[Finding]:
         cur.execute('SELECT d.topic, d.partition, d."offset" FROM eosbatch.dead_letters d WHERE d.pipeline = %s '
                     "AND NOT starts_with(d.error, %s) AND EXISTS (SELECT 1 FROM eosbatch.committed_ranges c "
                     "WHERE c.pipeline = d.pipeline AND c.topic = d.topic AND c.partition = d.partition "
-                    'AND c.offsets @> d."offset")', (pipeline.name, OVERSIZE_PREFIX))
+                    'AND c.incarnation = d.incarnation AND c.offsets @> d."offset")', (pipeline.name, OVERSIZE_PREFIX))
         dead = {tuple(row) for row in cur.fetchall()}
     malformed = {tuple(p) for p in recomputed["malformed"]}
     findings.append(Finding("dead letters = malformed committed input", dead == malformed,

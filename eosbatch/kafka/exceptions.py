@@ -20,3 +20,8 @@ class MarkerExpired(TerminalError):
 
 class TopicMissing(TerminalError):
     pass
+
+
+class TopicChanging(TransientError):
+    """A source topic's ID changed while a plan read its offsets (deleted and recreated meanwhile): the
+    offsets read may belong to either topic, so nothing is planned; the next plan sees which one is there."""

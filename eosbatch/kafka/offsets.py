@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from confluent_kafka import IsolationLevel, KafkaException
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicCollection
 from confluent_kafka import TopicPartition as KafkaTP
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from eosbatch.config import Settings
-from eosbatch.kafka.exceptions import KafkaUnavailable, TopicMissing
+from eosbatch.kafka.exceptions import KafkaUnavailable, TopicChanging, TopicMissing
 from eosbatch.protocol.ranges import PartitionBounds, TopicPartition
 
 TIMEOUT = 30.0
@@ -31,6 +31,41 @@ def partitions(client: AdminClient, topics: Iterable[str], field: str = "source.
             raise TopicMissing(f"{field}: topic {topic!r} does not exist in Kafka")
         found.extend(TopicPartition(topic, p) for p in sorted(meta.partitions))
     return found
+
+
+def topic_ids(settings: Settings, topics: Iterable[str], client: AdminClient | None = None) -> dict[str, str]:
+    """Each topic's Kafka topic ID (KIP-516), as Kafka prints it (base64): a topic deleted and recreated under
+    the same name gets a new one, which is how a plan tells it from the topic it was reading."""
+    client = client or admin(settings)
+    names = sorted(set(topics))
+    if not names:
+        return {}
+    futures = client.describe_topics(TopicCollection(names), request_timeout=TIMEOUT)
+    found: dict[str, str] = {}
+    for name, future in futures.items():
+        try:
+            found[name] = str(future.result().topic_id)
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise TopicMissing(f"source.topics: topic {name!r} does not exist in Kafka") from None
+            raise KafkaUnavailable(f"kafka: cannot describe topic {name!r}: {exc}") from exc
+    return found
+
+
+def source_state(settings: Settings, topics: Iterable[str]
+                 ) -> tuple[dict[str, str], dict[TopicPartition, PartitionBounds]]:
+    """Topic IDs and partition bounds read together: the IDs before and after the bounds, so bounds that
+    might belong to a topic recreated in between are never used (TopicChanging, transient)."""
+    topics = list(topics)
+    client = admin(settings)
+    before = topic_ids(settings, topics, client)
+    found = bounds(settings, topics)
+    after = topic_ids(settings, topics, client)
+    if before != after:
+        changed = sorted(t for t in before if before[t] != after.get(t))
+        raise TopicChanging(f"source topic(s) {', '.join(changed)} were recreated while their offsets were read; "
+                            "nothing planned, the next plan reads them again")
+    return before, found
 
 
 def bounds(settings: Settings, topics: Iterable[str]) -> dict[TopicPartition, PartitionBounds]:

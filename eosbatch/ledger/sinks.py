@@ -325,17 +325,21 @@ def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: boo
         topic = sql.SQL("r.{}").format(sql.Identifier("topic")) if "topic" in position else sql.Literal(
             pipeline.source.topics[0] if position else pipeline.output.topic)
         # A row without one source position (an aggregate) is recorded against the output topic, partition -1.
-        where = (sql.SQL("r.{}, r.{}").format(sql.Identifier("partition"), sql.Identifier("offset")) if position
-                 else sql.SQL("-1, -(%(batch)s * 1000000 + row_number() OVER ())"))
+        partition = sql.SQL("r.{}").format(sql.Identifier("partition")) if position else sql.SQL("-1")
+        where = (sql.SQL("{p}, COALESCE((SELECT br.incarnation FROM eosbatch.batch_ranges br WHERE br.batch_id = "
+                         "%(batch)s AND br.topic = {t} AND br.partition = {p}), 0), r.{o}").format(
+                             p=partition, t=topic, o=sql.Identifier("offset")) if position
+                 else sql.SQL("-1, 0, -(%(batch)s * 1000000 + row_number() OVER ())"))
         too_big = sql.SQL(
-            'INSERT INTO eosbatch.dead_letters (pipeline, batch_id, topic, partition, "offset", key, value, error) '
+            'INSERT INTO eosbatch.dead_letters (pipeline, batch_id, topic, partition, incarnation, "offset", key, '
+            "value, error) "
             "SELECT %(pipeline)s, %(batch)s, {topic}, {where}, convert_to(r.{okey}::text, 'UTF8'), "
             "convert_to(row_to_json(r)::text, 'UTF8'), 'output record of ' || {size} || ' bytes exceeds the "
             "output topic''s limit of ' || %(max_bytes)s || ' bytes (max.message.bytes, message.max.bytes, less "
             "headers): not stored in the sink, not published' FROM all_rows r WHERE {size} > %(max_bytes)s "
-            'ON CONFLICT (pipeline, topic, partition, "offset") DO UPDATE SET batch_id = EXCLUDED.batch_id, '
-            "error = EXCLUDED.error RETURNING 1").format(topic=topic, where=where, size=size,
-                                                         okey=sql.Identifier(pipeline.output.key))
+            'ON CONFLICT (pipeline, topic, partition, incarnation, "offset") DO UPDATE SET '
+            "batch_id = EXCLUDED.batch_id, error = EXCLUDED.error RETURNING 1").format(
+                topic=topic, where=where, size=size, okey=sql.Identifier(pipeline.output.key))
         params.update(max_bytes=max_record_bytes, pipeline=pipeline.name)
     cur.execute(sql.SQL("WITH all_rows AS ({rows}), batch_rows AS ({fits}), too_big AS ({too_big}), "
                         "changed AS ({upsert}), outboxed AS ({outbox}) "
@@ -360,10 +364,14 @@ def legacy_outbox(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Composed
 
 def copy_dead_letters(cur: Cursor, pipeline: str, batch_id: int, writers: list[str]) -> int:
     cur.execute(
-        """INSERT INTO eosbatch.dead_letters (pipeline, batch_id, topic, partition, "offset", key, value, error)
-           SELECT %s, batch_id, topic, partition, "offset", key, value, error
-             FROM eosbatch.staged_dead_letters WHERE batch_id = %s AND writer = ANY(%s)
-           ON CONFLICT (pipeline, topic, partition, "offset")
+        """INSERT INTO eosbatch.dead_letters (pipeline, batch_id, topic, partition, incarnation, "offset", key, value,
+                                              error)
+           SELECT %s, d.batch_id, d.topic, d.partition, COALESCE(r.incarnation, 0), d."offset", d.key, d.value, d.error
+             FROM eosbatch.staged_dead_letters d
+             LEFT JOIN eosbatch.batch_ranges r ON r.batch_id = d.batch_id AND r.topic = d.topic
+                                              AND r.partition = d.partition
+            WHERE d.batch_id = %s AND d.writer = ANY(%s)
+           ON CONFLICT (pipeline, topic, partition, incarnation, "offset")
            DO UPDATE SET batch_id = EXCLUDED.batch_id, error = EXCLUDED.error, created_at = now()""",
         (pipeline, batch_id, writers))
     return cur.rowcount

@@ -13,8 +13,9 @@ import psycopg2.extensions
 import psycopg2.extras
 
 from eosbatch.config import Settings, redact
-from eosbatch.ledger.exceptions import BatchNotFound, LedgerUnavailable, StaleEpoch
+from eosbatch.ledger.exceptions import BatchNotFound, LedgerUnavailable, OffsetMismatch, StaleEpoch
 from eosbatch.protocol.ranges import OffsetRange, TopicPartition
+from eosbatch.protocol.sources import Incarnation, Reset, SourceTopic, TopicReset
 from eosbatch.protocol.states import BatchKind, BatchState, Lane, check_transition, claims_coverage, lane
 
 # Each lane's epoch column; fixed names, never input.
@@ -189,9 +190,14 @@ def create_batch(cur: Cursor, pipeline: str, kind: BatchKind, epoch: int, ranges
         "VALUES (%s, %s, %s, 'planned', %s, %s, %s, %s)",
         (batch_id, pipeline, kind, epoch, publish, group, replay_of),
     )
+    # Each range belongs to the incarnation its partition is read in now: the commit claims coverage there,
+    # and refuses the batch if a reset started another incarnation meanwhile.
+    where = incarnations(cur, pipeline)
     psycopg2.extras.execute_values(
-        cur, "INSERT INTO eosbatch.batch_ranges (batch_id, topic, partition, start_offset, end_offset) VALUES %s",
-        [(batch_id, r.topic, r.partition, r.start, r.end) for r in ranges],
+        cur, "INSERT INTO eosbatch.batch_ranges (batch_id, topic, partition, start_offset, end_offset, incarnation) "
+             "VALUES %s",
+        [(batch_id, r.topic, r.partition, r.start, r.end, where[r.tp].incarnation if r.tp in where else 0)
+         for r in ranges],
     )
     return get_batch(cur, batch_id)
 
@@ -219,13 +225,106 @@ def next_offsets(cur: Cursor, pipeline: str, lock: bool = False) -> dict[TopicPa
 
 
 def add_partitions(cur: Cursor, pipeline: str, starts: dict[TopicPartition, int]) -> None:
-    """Start tracking partitions seen for the first time (new pipeline, new partitions)."""
+    """Start tracking partitions seen for the first time (new pipeline, new partitions), in their topic's
+    current incarnation (a partition added after a topic reset belongs to the new topic)."""
     if starts:
         psycopg2.extras.execute_values(
-            cur, "INSERT INTO eosbatch.partition_offsets (pipeline, topic, partition, next_offset) VALUES %s "
+            cur, "INSERT INTO eosbatch.partition_offsets (pipeline, topic, partition, next_offset, incarnation) "
+                 "SELECT v.pipeline, v.topic, v.partition, v.next_offset, COALESCE(s.incarnation, 0) "
+                 "FROM (VALUES %s) AS v (pipeline, topic, partition, next_offset) "
+                 "LEFT JOIN eosbatch.source_topics s ON s.pipeline = v.pipeline AND s.topic = v.topic "
                  "ON CONFLICT DO NOTHING",
             [(pipeline, tp.topic, tp.partition, offset) for tp, offset in starts.items()],
+            template="(%s, %s, %s::integer, %s::bigint)",
         )
+
+
+def incarnations(cur: Cursor, pipeline: str, lock: bool = False) -> dict[TopicPartition, Incarnation]:
+    """Per tracked partition: the incarnation it is read in and its next offset."""
+    query = "SELECT topic, partition, incarnation, next_offset FROM eosbatch.partition_offsets WHERE pipeline = %s"
+    cur.execute(query + (" FOR UPDATE" if lock else ""), (pipeline,))
+    return {TopicPartition(t, p): Incarnation(int(i), int(o)) for t, p, i, o in cur.fetchall()}
+
+
+def source_topics(cur: Cursor, pipeline: str) -> dict[str, SourceTopic]:
+    cur.execute("SELECT topic, topic_id, incarnation FROM eosbatch.source_topics WHERE pipeline = %s", (pipeline,))
+    return {t: SourceTopic(i, int(n)) for t, i, n in cur.fetchall()}
+
+
+def record_topic_ids(cur: Cursor, pipeline: str, ids: dict[str, str]) -> None:
+    """Learn the topic IDs of topics new to the pipeline, or recorded before the ledger kept IDs. Never
+    overwrites a known ID: only a reset (`apply_topic_reset`) moves to another topic."""
+    for topic, topic_id in sorted(ids.items()):
+        cur.execute("INSERT INTO eosbatch.source_topics (pipeline, topic, topic_id) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (pipeline, topic) DO UPDATE SET topic_id = EXCLUDED.topic_id, updated_at = now() "
+                    "WHERE eosbatch.source_topics.topic_id IS NULL", (pipeline, topic, topic_id))
+
+
+def _record_reset(cur: Cursor, pipeline: str, reset: Reset, reason: str) -> None:
+    cur.execute("INSERT INTO eosbatch.source_resets (pipeline, topic, partition, from_incarnation, from_offset, "
+                "to_incarnation, to_offset, from_topic_id, to_topic_id, reason) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", (pipeline, *reset, reason))
+
+
+def apply_reset(cur: Cursor, pipeline: str, reset: Reset, reason: str) -> None:
+    """Move one partition as `reset` says, and record it (the pipeline row is locked by the caller)."""
+    cur.execute("UPDATE eosbatch.partition_offsets SET next_offset = %s, incarnation = %s "
+                "WHERE pipeline = %s AND topic = %s AND partition = %s AND next_offset = %s AND incarnation = %s",
+                (reset.to_offset, reset.to_incarnation, pipeline, reset.topic, reset.partition, reset.from_offset,
+                 reset.from_incarnation))
+    if cur.rowcount != 1:
+        raise StaleEpoch(f"pipeline {pipeline!r}: {reset.tp} moved while the reset was decided; run it again")
+    if reset.to_incarnation != reset.from_incarnation:  # the topic's counter: numbers are never given twice
+        cur.execute("INSERT INTO eosbatch.source_topics (pipeline, topic, topic_id, incarnation) "
+                    "VALUES (%s, %s, %s, %s) ON CONFLICT (pipeline, topic) DO UPDATE SET updated_at = now(), "
+                    "incarnation = GREATEST(eosbatch.source_topics.incarnation, EXCLUDED.incarnation)",
+                    (pipeline, reset.topic, reset.to_topic_id, reset.to_incarnation))
+    _record_reset(cur, pipeline, reset, reason)
+
+
+def apply_topic_reset(cur: Cursor, pipeline: str, change: TopicReset, reason: str) -> None:
+    """Read the recreated topic from now on: its ID, a new incarnation for every partition, recorded resets."""
+    cur.execute("INSERT INTO eosbatch.source_topics (pipeline, topic, topic_id, incarnation) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (pipeline, topic) DO UPDATE SET topic_id = EXCLUDED.topic_id, "
+                "incarnation = EXCLUDED.incarnation, updated_at = now()",
+                (pipeline, change.topic, change.topic_id, change.incarnation))
+    for reset in change.resets:
+        _record_reset(cur, pipeline, reset, reason)
+    cur.execute("DELETE FROM eosbatch.partition_offsets WHERE pipeline = %s AND topic = %s", (pipeline, change.topic))
+    add_partitions(cur, pipeline, change.starts)  # in the topic's new incarnation
+
+
+def resets(cur: Cursor, pipeline: str) -> list[tuple[int, datetime, str, Reset]]:
+    """Every recorded reset of the pipeline: (id, when, reason, what), oldest first."""
+    cur.execute("SELECT id, created_at, reason, topic, partition, from_incarnation, from_offset, to_incarnation, "
+                "to_offset, from_topic_id, to_topic_id FROM eosbatch.source_resets WHERE pipeline = %s ORDER BY id",
+                (pipeline,))
+    return [(int(row[0]), row[1], row[2], Reset(*row[3:])) for row in cur.fetchall()]
+
+
+def claim_coverage(cur: Cursor, batch: Batch) -> None:
+    """Insert the batch's ranges into the committed coverage of the incarnation each was planned in; a range
+    planned in an incarnation that a reset has left since is refused (the batch read another topic's data)."""
+    cur.execute("SELECT r.topic, r.partition, r.incarnation, o.incarnation FROM eosbatch.batch_ranges r "
+                "LEFT JOIN eosbatch.partition_offsets o ON o.pipeline = %s AND o.topic = r.topic "
+                "AND o.partition = r.partition WHERE r.batch_id = %s", (batch.pipeline, batch.id))
+    stale = [f"{t}:{p} (planned in incarnation {i}, read in {now} now)" for t, p, i, now in cur.fetchall()
+             if now is not None and i != now]
+    if stale:
+        raise OffsetMismatch(f"batch {batch.id}: a reset moved its source since it was planned: {', '.join(stale)}")
+    cur.execute("INSERT INTO eosbatch.committed_ranges (pipeline, topic, partition, incarnation, offsets, batch_id) "
+                "SELECT %s, topic, partition, incarnation, int8range(start_offset, end_offset), batch_id "
+                "FROM eosbatch.batch_ranges WHERE batch_id = %s", (batch.pipeline, batch.id))
+
+
+def stale_ranges(cur: Cursor, batch_id: int) -> list[OffsetRange]:
+    """The batch's ranges planned in an incarnation its partition is no longer read in (after a reset)."""
+    cur.execute("SELECT r.topic, r.partition, r.start_offset, r.end_offset FROM eosbatch.batch_ranges r "
+                "JOIN eosbatch.batches b ON b.id = r.batch_id "
+                "LEFT JOIN eosbatch.partition_offsets o ON o.pipeline = b.pipeline AND o.topic = r.topic "
+                "AND o.partition = r.partition WHERE r.batch_id = %s "
+                "AND o.incarnation IS DISTINCT FROM r.incarnation", (batch_id,))
+    return [OffsetRange(*row) for row in cur.fetchall()]
 
 
 def in_flight(cur: Cursor, pipeline: str) -> list[OffsetRange]:
@@ -236,9 +335,20 @@ def in_flight(cur: Cursor, pipeline: str) -> list[OffsetRange]:
 
 
 def committed_coverage(cur: Cursor, pipeline: str) -> list[OffsetRange]:
-    cur.execute("SELECT topic, partition, lower(offsets), upper(offsets) FROM eosbatch.committed_ranges "
-                "WHERE pipeline = %s ORDER BY topic, partition, lower(offsets)", (pipeline,))
+    """The committed coverage of the incarnation each partition is read in now (what backfill and replay plan
+    against: earlier incarnations' offsets name records of a topic that is gone, or that went back)."""
+    cur.execute("SELECT c.topic, c.partition, lower(c.offsets), upper(c.offsets) FROM eosbatch.committed_ranges c "
+                "JOIN eosbatch.partition_offsets o ON o.pipeline = c.pipeline AND o.topic = c.topic "
+                "AND o.partition = c.partition AND o.incarnation = c.incarnation "
+                "WHERE c.pipeline = %s ORDER BY c.topic, c.partition, lower(c.offsets)", (pipeline,))
     return [OffsetRange(*row) for row in cur.fetchall()]
+
+
+def coverage_by_incarnation(cur: Cursor, pipeline: str) -> list[tuple[int, OffsetRange]]:
+    """All committed coverage, each range with its incarnation."""
+    cur.execute("SELECT incarnation, topic, partition, lower(offsets), upper(offsets) FROM eosbatch.committed_ranges "
+                "WHERE pipeline = %s ORDER BY topic, partition, incarnation, lower(offsets)", (pipeline,))
+    return [(int(row[0]), OffsetRange(*row[1:])) for row in cur.fetchall()]
 
 
 def delete_staging(cur: Cursor, batch_id: int, stage_table: Any | None) -> None:

@@ -12,3 +12,8 @@ class IllegalTransition(ProtocolError):
 
 class InvalidRange(ProtocolError):
     """An offset range that cannot be planned; the message names the partition and what exists."""
+
+
+class SourceChanged(ProtocolError):
+    """A source topic changed under the pipeline (recreated, retention past the next offset, a log that went
+    back): nothing was planned; the message names topic, partition and offsets, and the reset that goes on."""

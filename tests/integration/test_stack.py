@@ -85,11 +85,16 @@ def test_exclusion_constraint_refuses_overlapping_committed_ranges(settings, uni
     with store.transaction(settings) as cur:
         store.lock_pipeline(cur, pipeline)
         batch = store.create_batch(cur, pipeline, "regular", 0, [], "g")
-        insert = ("INSERT INTO eosbatch.committed_ranges (pipeline, topic, partition, offsets, batch_id) "
-                  "VALUES (%s, 't', 0, int8range(%s, %s), %s)")
-        cur.execute(insert, (pipeline, 0, 100, batch.id))
-        cur.execute(insert, (pipeline, 100, 200, batch.id))  # adjacent is fine: ranges are half-open
-        cur.execute("INSERT INTO eosbatch.committed_ranges (pipeline, topic, partition, offsets, batch_id) "
-                    "VALUES (%s, 't', 1, int8range(50, 150), %s)", (pipeline, batch.id))  # other partition
+        insert = ("INSERT INTO eosbatch.committed_ranges (pipeline, topic, partition, incarnation, offsets, batch_id) "
+                  "VALUES (%s, 't', 0, %s, int8range(%s, %s), %s)")
+        cur.execute(insert, (pipeline, 0, 0, 100, batch.id))
+        cur.execute(insert, (pipeline, 0, 100, 200, batch.id))  # adjacent is fine: ranges are half-open
+        cur.execute(insert.replace("'t', 0,", "'t', 1,"), (pipeline, 0, 50, 150, batch.id))  # other partition
+        # The same offsets of another incarnation (the topic recreated, or its log went back) are other records.
+        cur.execute(insert, (pipeline, 1, 0, 100, batch.id))
     with pytest.raises(psycopg2.errors.ExclusionViolation), store.transaction(settings) as cur:
-        cur.execute(insert, (pipeline, 150, 250, batch.id))
+        cur.execute(insert, (pipeline, 0, 150, 250, batch.id))
+    with pytest.raises(psycopg2.errors.NotNullViolation), store.transaction(settings) as cur:
+        # A commit that does not say which incarnation it covers fails rather than landing in incarnation 0.
+        cur.execute("INSERT INTO eosbatch.committed_ranges (pipeline, topic, partition, offsets, batch_id) "
+                    "VALUES (%s, 't', 2, int8range(0, 5), %s)", (pipeline, batch.id))
