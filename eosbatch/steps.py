@@ -338,7 +338,8 @@ def publish_to_kafka(pipeline_name: str, batch_id: int, log: Log = _quiet, epoch
     if pipeline.output is not None and batch.publish:
         check_output_topic(settings, pipeline)
     produced: int | None = None  # unknown when an earlier run published: the ledger keeps it unset
-    with TransactionalPublisher(settings, transactional_id(pipeline, batch)) as publisher:
+    with TransactionalPublisher(settings, transactional_id(pipeline, batch),
+                                owner=f"batch {batch_id} of pipeline {pipeline.name!r}") as publisher:
         publisher.init()  # fences older publishers first: only now is the marker trustworthy
         found = marker.read(settings, batch.marker_group, [r.tp for r in batch.ranges])
         action = publish_action(batch.id, batch.ranges, found, legacy=batch.commit_seq is None,
