@@ -89,7 +89,7 @@ def to_eosbatch(exc: BaseException, doing: str, bootstrap: str, *, owner: str = 
         return TopicMissing(f"kafka at {bootstrap}: {doing}: {reason}")
     if code in UNREACHABLE:
         return KafkaUnavailable(f"kafka at {bootstrap}: {doing}: no answer ({reason})")
-    if error.fatal():
+    if error.fatal() or code == KafkaError._FATAL:  # produce() reports _FATAL without the fatal flag
         return PublishFailed(f"kafka at {bootstrap}: {doing}: fatal: {reason}")
     # Retriable, abortable or unknown: the same call may succeed later (what eosbatch always assumed).
     return KafkaUnavailable(f"kafka at {bootstrap}: {doing}: {reason}")

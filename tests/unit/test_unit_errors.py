@@ -50,9 +50,10 @@ def test_a_generic_fatal_error_whose_text_says_fenced_is_fenced() -> None:
     assert isinstance(kafka_errors.to_eosbatch(kafka(KafkaError._FATAL, reason), "x", BOOTSTRAP), PublisherFenced)
 
 
-def test_a_generic_fatal_error_without_a_reason_is_a_terminal_publish_failure() -> None:
+@pytest.mark.parametrize("flagged", [True, False])  # produce() raises _FATAL without the fatal flag
+def test_a_generic_fatal_error_without_a_reason_is_a_terminal_publish_failure(flagged: bool) -> None:
     error = kafka_errors.to_eosbatch(kafka(KafkaError._FATAL, "Unable to produce message: Local: Fatal error",
-                                           fatal=True), "producing", BOOTSTRAP)
+                                           fatal=flagged), "producing", BOOTSTRAP)
     assert type(error) is PublishFailed
 
 
