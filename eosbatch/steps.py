@@ -21,7 +21,7 @@ import psycopg2.errors
 import psycopg2.extras
 
 from eosbatch import config, faults, registry
-from eosbatch.exceptions import TerminalError, TransientError
+from eosbatch.exceptions import EosbatchError, Fenced, TerminalError, TransientError
 from eosbatch.kafka import marker, offsets
 from eosbatch.kafka.exceptions import MarkerExpired
 from eosbatch.kafka.publisher import Headers, TransactionalPublisher
@@ -177,7 +177,7 @@ def run_spark_app(app: str, args: list[str], settings: config.Settings, log_name
         done = subprocess.run(run.command, env=run.env, stdout=out, stderr=subprocess.STDOUT, check=False)
     if done.returncode != 0:
         reason = _last_line(run.log, "eosbatch: ") or f"spark-submit exited {done.returncode}"
-        error = TerminalError if done.returncode == 2 else TransientError
+        error = _failure_kind(done.returncode)
         raise error(f"{app}: {reason} (log: {run.log})")
 
 
@@ -206,8 +206,13 @@ def process(pipeline_name: str, batch_id: int, log: Log = _quiet) -> None:
         log(f"batch {batch_id}: staged by another attempt while this one ran; nothing more to process")
         return
     reason = _last_line(run.log, "eosbatch: ") or f"spark-submit exited {done.returncode}"
-    error = TerminalError if done.returncode == 2 else TransientError
+    error = _failure_kind(done.returncode)
     raise error(f"process: {reason} (log: {run.log})")
+
+
+def _failure_kind(returncode: int) -> type[EosbatchError]:
+    """The kind of a Spark app's failure from its exit code (spark_apps/: 2 terminal, 4 fenced, else transient)."""
+    return {2: TerminalError, 4: Fenced}.get(returncode, TransientError)
 
 
 def _last_line(path: Path, prefix: str) -> str:

@@ -192,3 +192,11 @@ def test_the_cli_maps_what_escaped_the_boundary(capsys: pytest.CaptureFixture[st
     assert isinstance(cli._third_party(psycopg2.errors.UniqueViolation("duplicate key")), TerminalError)
     assert cli._third_party(ValueError("a bug")) is None  # bugs keep their traceback
     assert cli.EXIT_FENCED not in (cli.EXIT_TERMINAL, cli.EXIT_TRANSIENT, cli.EXIT_VIOLATION, 0)
+
+
+def test_a_spark_apps_exit_code_keeps_its_kind() -> None:
+    from eosbatch import steps
+
+    assert steps._failure_kind(2) is TerminalError
+    assert steps._failure_kind(4) is Fenced  # the Spark driver found its epoch stale: exit 4 at the CLI too
+    assert steps._failure_kind(3) is TransientError and steps._failure_kind(1) is TransientError
