@@ -60,15 +60,15 @@ def to_eosbatch(exc: BaseException, doing: str, bootstrap: str, *, owner: str = 
                 transaction_timeout_ms: int | None = None, broker_max_ms: int | None = None) -> EosbatchError:
     """The eosbatch error for a Kafka failure while `doing` something against `bootstrap`.
 
-    `owner` names what a fenced publisher was working for (a batch, a transactional.id);
+    `owner` names what a publisher works for (a batch, a transactional.id), first in the message;
     `transaction_timeout_ms` and `broker_max_ms` name both values when the broker refuses the timeout."""
     error = error_of(exc)
     reason = describe(error, exc)
+    who = f"{owner}: " if owner else ""  # the batch a publisher works for, first: the operator looks it up
     if error is None:
-        return KafkaUnavailable(f"kafka at {bootstrap}: {doing}: {reason}")
+        return KafkaUnavailable(f"{who}kafka at {bootstrap}: {doing}: {reason}")
     code = error.code()
     if is_fenced(error):
-        who = f"{owner}: " if owner else ""
         return PublisherFenced(f"{who}another runner owns it now: a newer publisher with the same "
                                f"transactional.id took over while this one was {doing}; this runner stops "
                                f"({reason})")
@@ -80,16 +80,16 @@ def to_eosbatch(exc: BaseException, doing: str, bootstrap: str, *, owner: str = 
             TRANSACTION_TIMEOUT, f"{mine} is above the broker's transaction.max.timeout.ms ({theirs}); lower "
                                  f"{TRANSACTION_TIMEOUT} or raise the broker's transaction.max.timeout.ms")
     if code in DENIED:
-        return KafkaAccessDenied(f"kafka at {bootstrap}: {doing}: access denied ({reason}); check the "
+        return KafkaAccessDenied(f"{who}kafka at {bootstrap}: {doing}: access denied ({reason}); check the "
                                  "credentials in EOSBATCH_KAFKA_CONFIG and the ACLs")
     if code in TOO_LARGE:
-        return RecordTooLarge(f"kafka at {bootstrap}: {doing}: a record is larger than the broker or topic "
+        return RecordTooLarge(f"{who}kafka at {bootstrap}: {doing}: a record is larger than the broker or topic "
                               f"accepts ({reason}); see max.message.bytes")
     if code in MISSING:
-        return TopicMissing(f"kafka at {bootstrap}: {doing}: {reason}")
+        return TopicMissing(f"{who}kafka at {bootstrap}: {doing}: {reason}")
     if code in UNREACHABLE:
-        return KafkaUnavailable(f"kafka at {bootstrap}: {doing}: no answer ({reason})")
+        return KafkaUnavailable(f"{who}kafka at {bootstrap}: {doing}: no answer ({reason})")
     if error.fatal() or code == KafkaError._FATAL:  # produce() reports _FATAL without the fatal flag
-        return PublishFailed(f"kafka at {bootstrap}: {doing}: fatal: {reason}")
+        return PublishFailed(f"{who}kafka at {bootstrap}: {doing}: fatal: {reason}")
     # Retriable, abortable or unknown: the same call may succeed later (what eosbatch always assumed).
-    return KafkaUnavailable(f"kafka at {bootstrap}: {doing}: {reason}")
+    return KafkaUnavailable(f"{who}kafka at {bootstrap}: {doing}: {reason}")

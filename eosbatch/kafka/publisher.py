@@ -44,6 +44,7 @@ class TransactionalPublisher:
         self._producer: Producer | None = None
         self.state = TxnState.NEW
         self.produced = 0
+        self._undelivered: KafkaError | None = None  # the first record the broker refused in this transaction
 
     def _require(self, *states: TxnState) -> None:
         if self.state not in states:
@@ -64,6 +65,10 @@ class TransactionalPublisher:
             broker_max = self._broker_max_timeout_ms()
         return to_eosbatch(exc, doing, self._settings.kafka_bootstrap, owner=self._owner,
                            transaction_timeout_ms=self._timeout_ms, broker_max_ms=broker_max)
+
+    def _delivery_failed(self, error: KafkaError | None, _message: Any) -> None:
+        if error is not None and self._undelivered is None:
+            self._undelivered = error
 
     def _fatal_cause(self) -> KafkaException | None:
         if self._producer is None:
@@ -98,6 +103,10 @@ class TransactionalPublisher:
             "linger.ms": 20,
             "compression.type": "lz4",
             "queue.buffering.max.messages": 200_000,
+            # A refused record (too large for the topic, no write permission) would otherwise only show as
+            # "commit_transaction: abort and retry", for ever; only failures call back, so no cost per record.
+            "on_delivery": self._delivery_failed,
+            "delivery.report.only.error": True,
         })
         try:
             self._producer.init_transactions(TIMEOUT)
@@ -112,6 +121,7 @@ class TransactionalPublisher:
             self._producer.begin_transaction()
         except KafkaException as exc:
             raise self._fail(exc, "begin_transaction") from exc
+        self._undelivered = None
         self.state = TxnState.IN_TXN
 
     def produce(self, topic: str, records: Iterable[tuple[bytes | None, bytes] | tuple[bytes | None, bytes, Headers]],
@@ -139,6 +149,8 @@ class TransactionalPublisher:
         except KafkaException as exc:
             # A runner frozen here and fenced meanwhile learns it now (produce, poll or flush refuse).
             raise self._fail(exc, f"producing to {topic}") from exc
+        if self._undelivered is not None:  # the transaction cannot commit: say why, not "retry"
+            raise self._fail(KafkaException(self._undelivered), f"producing to {topic}")
         faults.point("publish.mid_produce")
         self.produced += count
         return count
@@ -157,6 +169,8 @@ class TransactionalPublisher:
             error: KafkaError = exc.args[0]
             if error.txn_requires_abort():
                 self.abort()
+                if self._undelivered is not None:  # a record was refused: retrying refuses it again
+                    raise self._fail(KafkaException(self._undelivered), "producing") from exc
                 raise KafkaUnavailable(f"{self._owner}: commit_transaction: aborted, retry the publish: "
                                        f"{error.str()}") from exc
             raise self._fail(exc, "commit_transaction") from exc

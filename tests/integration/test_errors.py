@@ -227,3 +227,26 @@ def test_a_frozen_publisher_fenced_meanwhile_exits_with_one_line_naming_its_batc
     assert lines[0].startswith("eosbatch: fenced: batch 7 of pipeline 'frozen': another runner owns it now")
     assert "not fenced" not in out
     assert "cause _FATAL" in out, out  # the generic fatal error, recognised as fencing from its stored cause
+
+
+def test_a_record_the_topic_refuses_is_a_terminal_error_naming_the_batch(settings, unique):
+    """Refused by the broker (over the topic's max.message.bytes) or by the producer (over message.max.bytes):
+    a terminal error naming the batch, never "abort and retry the publish" for ever, never a raw KafkaException."""
+    from confluent_kafka.admin import NewTopic
+
+    from eosbatch.kafka import clients
+    from eosbatch.kafka.exceptions import RecordTooLarge
+
+    topic = f"small_out_{unique}"
+    admin = clients.admin(settings)
+    admin.create_topics([NewTopic(topic, 1, 1, config={"max.message.bytes": "10000"})])[topic].result(timeout=30)
+    for size in (50_000, 2_000_000):  # the broker's refusal (a failed delivery), then librdkafka's own
+        publisher = TransactionalPublisher(settings, f"eosbatch.small-{unique}-{size}",
+                                           owner="batch 9 of pipeline 'small'")
+        publisher.init()
+        publisher.begin()
+        with pytest.raises(RecordTooLarge) as info:
+            publisher.produce(topic, [(b"k", os.urandom(size))], headers=[])  # lz4 cannot shrink it
+        publisher.close()  # aborts the transaction
+        assert str(info.value).startswith("batch 9 of pipeline 'small': kafka at ")
+        assert "MSG_SIZE_TOO_LARGE" in str(info.value)
