@@ -9,13 +9,18 @@ import shlex
 import sys
 
 from eosbatch import commands
-from eosbatch.exceptions import EosbatchError, TerminalError
+from eosbatch.exceptions import EosbatchError, Fenced, TerminalError
 
-EXIT_VIOLATION, EXIT_TERMINAL, EXIT_TRANSIENT = 1, 2, 3
+# 1: `verify` found a violation; 2: terminal (retrying cannot help); 3: transient (retry);
+# 4: fenced (another runner owns the pipeline or the batch now and finishes it; this one changed nothing).
+EXIT_VIOLATION, EXIT_TERMINAL, EXIT_TRANSIENT, EXIT_FENCED = 1, 2, 3, 4
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="eosbatch", description="Exactly-once batches of Kafka data.")
+    parser = argparse.ArgumentParser(
+        prog="eosbatch", description="Exactly-once batches of Kafka data.",
+        epilog="exit codes: 0 done, 1 verify found a violation, 2 terminal error (retrying cannot help), "
+               "3 transient error (retry), 4 fenced (another runner owns the pipeline or batch now)")
     sub = parser.add_subparsers(dest="command", required=True)
     stack_cmd = sub.add_parser("stack", help="the embedded local Kafka + PostgreSQL")
     stack_cmd.add_argument("action", choices=["up", "down", "status", "env"])
@@ -221,9 +226,45 @@ def main(argv: list[str] | None = None) -> int:
                                            log=print)
             print(f"aborted {len(aborted)} batch(es)")
     except EosbatchError as exc:
-        print(f"eosbatch: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_TERMINAL if isinstance(exc, TerminalError) else EXIT_TRANSIENT
+        return _fail(exc)
+    except Exception as exc:
+        mapped = _third_party(exc)
+        if mapped is None:
+            raise  # a bug: its traceback is the useful output
+        return _fail(mapped)
     return 0
+
+
+def _fail(exc: EosbatchError) -> int:
+    """One line on stderr, no traceback, and the exit code of the error's kind."""
+    message = " ".join(str(exc).split())  # one line, whatever a driver's message holds
+    if isinstance(exc, Fenced):
+        print(f"eosbatch: fenced: {message}", file=sys.stderr)
+        return EXIT_FENCED
+    print(f"eosbatch: {type(exc).__name__}: {message}", file=sys.stderr)
+    return EXIT_TERMINAL if isinstance(exc, TerminalError) else EXIT_TRANSIENT
+
+
+def _third_party(exc: Exception) -> EosbatchError | None:
+    """A client library's error that escaped eosbatch's own mapping (eosbatch.kafka, eosbatch.ledger map at
+    the boundary; this is the net under it), as the same mapping would name it."""
+    import psycopg2
+    from confluent_kafka import KafkaException
+    from sqlalchemy.exc import DBAPIError
+
+    from eosbatch import config
+    from eosbatch.kafka import errors as kafka_errors
+    from eosbatch.ledger import errors as ledger_errors
+
+    if isinstance(exc, KafkaException):
+        return kafka_errors.to_eosbatch(exc, "a request", os.environ.get(config.KAFKA_BOOTSTRAP, "?"))
+    if isinstance(exc, DBAPIError) and isinstance(exc.orig, psycopg2.Error):
+        exc = exc.orig
+    if isinstance(exc, psycopg2.Error):
+        where = config.redact(os.environ.get(config.DATABASE_URL, "?"))
+        return ledger_errors.to_eosbatch(exc, where) or TerminalError(
+            f"PostgreSQL at {where}: {ledger_errors.first_line(exc)}")
+    return None
 
 
 if __name__ == "__main__":

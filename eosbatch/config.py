@@ -15,6 +15,15 @@ KAFKA_CONFIG = "EOSBATCH_KAFKA_CONFIG"
 SPARK_MASTER = "EOSBATCH_SPARK_MASTER"
 PIPELINES = "EOSBATCH_PIPELINES"
 MARKER_RETENTION = "EOSBATCH_MARKER_RETENTION_MINUTES"
+TRANSACTION_TIMEOUT = "EOSBATCH_TRANSACTION_TIMEOUT_MS"
+CONNECT_TIMEOUT = "EOSBATCH_CONNECT_TIMEOUT_S"
+LOG_DIR = "EOSBATCH_LOG_DIR"
+
+# librdkafka's own bounds for transaction.timeout.ms; the broker's transaction.max.timeout.ms (15 min by
+# default) is checked by the broker at init_transactions(), and eosbatch names both values then.
+TRANSACTION_TIMEOUT_RANGE = (1_000, 2_147_483_647)
+DEFAULT_TRANSACTION_TIMEOUT_MS = 600_000
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
 
 
 def marker_retention_seconds(env: dict[str, str] | None = None) -> float:
@@ -31,6 +40,10 @@ class Settings(NamedTuple):
     kafka_bootstrap: str
     kafka_config: dict[str, Any]
     spark_master: str
+    # Defaults, so that Settings built by hand (tests, tools) keep working.
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS  # must exceed the longest publish
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S  # first contact with Kafka or PostgreSQL
+    log_dir: str = ""  # librdkafka's own log; "" = default_log_dir()
 
     def kafka(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings for a client: bootstrap + the user's extra config + the caller's needs."""
@@ -40,6 +53,40 @@ class Settings(NamedTuple):
     def psycopg_dsn(self) -> str:
         """The SQLAlchemy URL as a libpq URL (psycopg2 and COPY from Spark executors use it)."""
         return to_libpq_url(self.database_url)
+
+
+def default_log_dir(env: dict[str, str] | None = None) -> str:
+    """Where client logs go when EOSBATCH_LOG_DIR is unset: $EOSBATCH_HOME/logs (next to the embedded stack's
+    logs) when that is set, else the user's state folder. Read from the environment only: the production
+    path never imports eosbatch.stack."""
+    found = dict(os.environ) if env is None else env
+    if found.get("EOSBATCH_HOME", "").strip():
+        return os.path.join(found["EOSBATCH_HOME"].strip(), "logs")
+    state = found.get("XDG_STATE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "eosbatch", "logs")
+
+
+def _transaction_timeout(env: dict[str, str]) -> int:
+    raw = env.get(TRANSACTION_TIMEOUT, "").strip() or str(DEFAULT_TRANSACTION_TIMEOUT_MS)
+    low, high = TRANSACTION_TIMEOUT_RANGE
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise ConfigError(TRANSACTION_TIMEOUT, f"must be a whole number of milliseconds in [{low}, {high}], "
+                                               f"got {raw!r}")
+    return int(raw)
+
+
+def connect_timeout_s(env: dict[str, str] | None = None) -> float:
+    """EOSBATCH_CONNECT_TIMEOUT_S, validated (also for tools that need no other setting, like migrations)."""
+    env = dict(os.environ) if env is None else env
+    raw = env.get(CONNECT_TIMEOUT, "").strip() or str(DEFAULT_CONNECT_TIMEOUT_S)
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    # libpq counts whole seconds and treats 1 as 2; an hour is already far past any useful wait.
+    if not 1 <= value <= 3600:
+        raise ConfigError(CONNECT_TIMEOUT, f"must be a number of seconds in [1, 3600], got {raw!r}")
+    return value
 
 
 def to_libpq_url(url: str) -> str:
@@ -84,5 +131,8 @@ def load(env: dict[str, str] | None = None) -> Settings:
     reserved = {"transactional.id", "enable.idempotence", "isolation.level", "group.id"} & set(extra)
     if reserved:
         raise ConfigError(KAFKA_CONFIG, f"sets {sorted(reserved)}, which eosbatch owns")
+    if "transaction.timeout.ms" in extra:  # else silently overridden by the publisher
+        raise ConfigError(KAFKA_CONFIG, f"sets transaction.timeout.ms: set {TRANSACTION_TIMEOUT} instead")
     master = env.get(SPARK_MASTER, "").strip() or "local[2]"
-    return Settings(url, bootstrap, extra, master)
+    log_dir = env.get(LOG_DIR, "").strip() or default_log_dir(env)
+    return Settings(url, bootstrap, extra, master, _transaction_timeout(env), connect_timeout_s(env), log_dir)

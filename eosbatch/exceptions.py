@@ -17,6 +17,12 @@ class TransientError(EosbatchError):
     """The same call may succeed later: a broker restart, a dropped connection, a timeout."""
 
 
+class Fenced(TerminalError):
+    """Another runner owns the pipeline's lane or the batch now (a newer epoch, a newer Kafka producer);
+    this one stops and changes nothing. Not a failure of the work: the other runner finishes it. The CLI
+    exits with its own code (4), so that a scheduler can tell it from a real failure."""
+
+
 class ConfigError(TerminalError):
     """A setting or a definition is invalid; the message names the field."""
 

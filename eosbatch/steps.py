@@ -21,7 +21,7 @@ import psycopg2.errors
 import psycopg2.extras
 
 from eosbatch import config, faults, registry
-from eosbatch.exceptions import TerminalError, TransientError
+from eosbatch.exceptions import EosbatchError, Fenced, TerminalError, TransientError
 from eosbatch.kafka import marker, offsets
 from eosbatch.kafka.exceptions import MarkerExpired
 from eosbatch.kafka.publisher import Headers, TransactionalPublisher
@@ -196,7 +196,7 @@ def run_spark_app(app: str, args: list[str], settings: config.Settings, log_name
         done = subprocess.run(run.command, env=run.env, stdout=out, stderr=subprocess.STDOUT, check=False)
     if done.returncode != 0:
         reason = _last_line(run.log, "eosbatch: ") or f"spark-submit exited {done.returncode}"
-        error = TerminalError if done.returncode == 2 else TransientError
+        error = _failure_kind(done.returncode)
         raise error(f"{app}: {reason} (log: {run.log})")
 
 
@@ -225,8 +225,13 @@ def process(pipeline_name: str, batch_id: int, log: Log = _quiet) -> None:
         log(f"batch {batch_id}: staged by another attempt while this one ran; nothing more to process")
         return
     reason = _last_line(run.log, "eosbatch: ") or f"spark-submit exited {done.returncode}"
-    error = TerminalError if done.returncode == 2 else TransientError
+    error = _failure_kind(done.returncode)
     raise error(f"process: {reason} (log: {run.log})")
+
+
+def _failure_kind(returncode: int) -> type[EosbatchError]:
+    """The kind of a Spark app's failure from its exit code (spark_apps/: 2 terminal, 4 fenced, else transient)."""
+    return {2: TerminalError, 4: Fenced}.get(returncode, TransientError)
 
 
 def _last_line(path: Path, prefix: str) -> str:
@@ -355,7 +360,8 @@ def publish_to_kafka(pipeline_name: str, batch_id: int, log: Log = _quiet, epoch
     if pipeline.output is not None and batch.publish:
         check_output_topic(settings, pipeline)
     produced: int | None = None  # unknown when an earlier run published: the ledger keeps it unset
-    with TransactionalPublisher(settings, transactional_id(pipeline, batch)) as publisher:
+    with TransactionalPublisher(settings, transactional_id(pipeline, batch),
+                                owner=f"batch {batch_id} of pipeline {pipeline.name!r}") as publisher:
         publisher.init()  # fences older publishers first: only now is the marker trustworthy
         found = marker.read(settings, batch.marker_group, [r.tp for r in batch.ranges])
         action = publish_action(batch.id, batch.ranges, found, legacy=batch.commit_seq is None,

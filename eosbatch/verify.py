@@ -13,10 +13,10 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTP
 
 from eosbatch.config import Settings
+from eosbatch.kafka import clients
 from eosbatch.kafka.offsets import admin, partitions
 from eosbatch.ledger import store
 from eosbatch.protocol.ranges import OffsetRange
@@ -34,8 +34,8 @@ class Record(NamedTuple):
 def read_topic(settings: Settings, topic: str, isolation: str = "read_committed", timeout: float = 120.0
                ) -> list[Record]:
     """Every record of `topic` that a consumer with `isolation` sees, from the start to the end offsets."""
-    client = Consumer(settings.kafka(**{"group.id": "eosbatch-verify", "enable.auto.commit": False,
-                                        "isolation.level": isolation, "enable.partition.eof": True}))
+    client = clients.consumer(settings, **{"group.id": "eosbatch-verify", "enable.auto.commit": False,
+                                           "isolation.level": isolation, "enable.partition.eof": True})
     tps = partitions(admin(settings), [topic])
     ends = {tp.partition: client.get_watermark_offsets(KafkaTP(topic, tp.partition), timeout=30)
             for tp in tps}

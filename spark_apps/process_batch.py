@@ -1,12 +1,12 @@
 """spark-submit entry point of the process step: `process_batch.py PIPELINE BATCH_ID`.
 
 A thin shell: the work is eosbatch.spark.app.process. Exit codes: 0 done, 2 terminal error (do not
-retry), 3 transient error (retry may succeed).
+retry), 3 transient error (retry may succeed), 4 fenced (another runner owns the batch's lane now).
 """
 
 import sys
 
-from eosbatch.exceptions import TerminalError, TransientError
+from eosbatch.exceptions import Fenced, TerminalError, TransientError
 from eosbatch.spark.app import process
 
 
@@ -16,6 +16,9 @@ def main() -> int:
         return 2
     try:
         process(sys.argv[1], int(sys.argv[2]))
+    except Fenced as exc:  # not a failure: the runner that took over processes the batch again
+        print(f"eosbatch: fenced: {exc}", file=sys.stderr)
+        return 4
     except TerminalError as exc:
         print(f"eosbatch: terminal: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -1,16 +1,29 @@
-from eosbatch.exceptions import TerminalError, TransientError
+from eosbatch.exceptions import ConfigError, Fenced, TerminalError, TransientError
 
 
 class KafkaUnavailable(TransientError):
     """The broker did not answer in time or a retriable error persisted."""
 
 
-class PublisherFenced(TerminalError):
+class KafkaAccessDenied(TerminalError):
+    """Authentication or authorization failed: retrying cannot help until an operator changes credentials/ACLs."""
+
+
+class PublisherFenced(Fenced):
     """A newer publisher with the same transactional.id took over; this runner must stop."""
 
 
 class PublishFailed(TerminalError):
     """A fatal producer error; nothing of this attempt is visible to read_committed consumers."""
+
+
+class RecordTooLarge(PublishFailed):
+    """A record is larger than the broker or the topic accepts (max.message.bytes, message.max.bytes)."""
+
+
+class TransactionTimeoutTooHigh(ConfigError):
+    """EOSBATCH_TRANSACTION_TIMEOUT_MS is above the broker's transaction.max.timeout.ms (init_transactions
+    fails with INVALID_TRANSACTION_TIMEOUT); the message names both values."""
 
 
 class MarkerExpired(TerminalError):

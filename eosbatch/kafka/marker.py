@@ -13,7 +13,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from eosbatch.config import Settings
-from eosbatch.kafka.exceptions import KafkaUnavailable
+from eosbatch.kafka import clients
+from eosbatch.kafka.errors import to_eosbatch
 from eosbatch.protocol.ranges import OffsetRange, TopicPartition
 from eosbatch.protocol.recovery import MarkerEntry
 
@@ -23,8 +24,8 @@ _COORDINATOR_ERRORS = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_I
 
 def consumer(settings: Settings, group: str) -> Consumer:
     # read_committed makes OffsetFetch wait for pending transactional offsets (require_stable).
-    return Consumer(settings.kafka(**{"group.id": group, "enable.auto.commit": False,
-                                      "isolation.level": "read_committed"}))
+    return clients.consumer(settings, **{"group.id": group, "enable.auto.commit": False,
+                                         "isolation.level": "read_committed"})
 
 
 def read(settings: Settings, group: str, tps: Iterable[TopicPartition], timeout: float = 60.0
@@ -41,7 +42,7 @@ def read(settings: Settings, group: str, tps: Iterable[TopicPartition], timeout:
                 # The group coordinator moves or loads (first use of __consumer_offsets, broker restart).
                 if not exc.args[0].retriable() and exc.args[0].code() not in _COORDINATOR_ERRORS \
                         or time.monotonic() > deadline:
-                    raise KafkaUnavailable(f"kafka: reading marker group {group}: {exc}") from exc
+                    raise to_eosbatch(exc, f"reading marker group {group}", settings.kafka_bootstrap) from exc
                 time.sleep(0.5)
     finally:
         client.close()
@@ -51,9 +52,7 @@ def read(settings: Settings, group: str, tps: Iterable[TopicPartition], timeout:
 
 def delete_group(settings: Settings, group: str, log: Callable[[str], None]) -> bool:
     """Delete a marker group that is no longer needed; best effort (a failure leaves only clutter)."""
-    from confluent_kafka.admin import AdminClient
-
-    client = AdminClient(settings.kafka())  # held until the answer: a dropped client never resolves its futures
+    client = clients.admin(settings)  # held until the answer: a dropped client never resolves its futures
     future = client.delete_consumer_groups([group], request_timeout=30)[group]
     try:
         future.result(timeout=60)

@@ -9,21 +9,28 @@ from confluent_kafka import TopicPartition as KafkaTP
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from eosbatch.config import Settings
-from eosbatch.kafka.exceptions import KafkaUnavailable, TopicChanging, TopicMissing
+from eosbatch.kafka import clients
+from eosbatch.kafka.errors import to_eosbatch
+from eosbatch.kafka.exceptions import TopicChanging, TopicMissing
 from eosbatch.protocol.ranges import PartitionBounds, TopicPartition
 
 TIMEOUT = 30.0
 
 
 def admin(settings: Settings) -> AdminClient:
-    return AdminClient(settings.kafka())
+    return clients.admin(settings)
+
+
+def _where(client: AdminClient) -> str:
+    # librdkafka's client does not say its bootstrap list; eosbatch's admin clients carry it for messages.
+    return client.bootstrap if isinstance(client, clients.Admin) else "the configured bootstrap servers"
 
 
 def partitions(client: AdminClient, topics: Iterable[str], field: str = "source.topics") -> list[TopicPartition]:
     try:
         metadata = client.list_topics(timeout=TIMEOUT)
     except KafkaException as exc:
-        raise KafkaUnavailable(f"kafka: cannot list topics: {exc}") from exc
+        raise to_eosbatch(exc, "listing topics", _where(client)) from exc
     found: list[TopicPartition] = []
     for topic in topics:
         meta = metadata.topics.get(topic)
@@ -48,7 +55,7 @@ def topic_ids(settings: Settings, topics: Iterable[str], client: AdminClient | N
         except KafkaException as exc:
             if exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise TopicMissing(f"source.topics: topic {name!r} does not exist in Kafka") from None
-            raise KafkaUnavailable(f"kafka: cannot describe topic {name!r}: {exc}") from exc
+            raise to_eosbatch(exc, f"describing topic {name!r}", settings.kafka_bootstrap) from exc
     return found
 
 
@@ -85,7 +92,7 @@ def bounds(settings: Settings, topics: Iterable[str]) -> dict[TopicPartition, Pa
         try:
             return {TopicPartition(k.topic, k.partition): f.result().offset for k, f in futures.items()}
         except KafkaException as exc:
-            raise KafkaUnavailable(f"kafka: list_offsets failed: {exc}") from exc
+            raise to_eosbatch(exc, "listing offsets", settings.kafka_bootstrap) from exc
 
     low, stable = query(OffsetSpec.earliest()), query(OffsetSpec.latest())
     return {tp: PartitionBounds(low[tp], stable[tp]) for tp in tps}
@@ -107,7 +114,7 @@ def at_time(settings: Settings, topics: Iterable[str], timestamp_ms: int,
             offset = f.result().offset
             found[tp] = bounds_now[tp].stable if offset < 0 else min(offset, bounds_now[tp].stable)
     except KafkaException as exc:
-        raise KafkaUnavailable(f"kafka: list_offsets by timestamp failed: {exc}") from exc
+        raise to_eosbatch(exc, "listing offsets by timestamp", settings.kafka_bootstrap) from exc
     return found
 
 
@@ -126,7 +133,7 @@ def max_record_bytes(settings: Settings, topic: str) -> int:
     try:
         entries = next(iter(futures.values())).result(timeout=TIMEOUT)
     except KafkaException as exc:
-        raise KafkaUnavailable(f"kafka: describe_configs of topic {topic!r} failed: {exc}") from exc
+        raise to_eosbatch(exc, f"reading topic {topic!r}'s max.message.bytes", settings.kafka_bootstrap) from exc
     topic_max = int(entries["max.message.bytes"].value)
     producer_max = int(settings.kafka_config.get("message.max.bytes", _PRODUCER_DEFAULT_MAX))
     return min(topic_max, producer_max) - RECORD_OVERHEAD

@@ -11,18 +11,19 @@ from collections.abc import Iterable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import ConfigResource, ResourceType
 
 from eosbatch import faults
 from eosbatch.config import Settings
-from eosbatch.kafka import marker
-from eosbatch.kafka.exceptions import KafkaUnavailable, PublisherFenced, PublishFailed
+from eosbatch.kafka import clients, marker
+from eosbatch.kafka.errors import error_of, is_fenced, to_eosbatch
+from eosbatch.kafka.exceptions import KafkaUnavailable, PublishFailed
 from eosbatch.protocol.ranges import OffsetRange
 
 TIMEOUT = 60.0
 
-
-
 Headers = list[tuple[str, str | bytes | None]]  # what Producer.produce takes
+
 
 class TxnState(enum.Enum):
     NEW = "new"              # producer not created yet
@@ -32,32 +33,67 @@ class TxnState(enum.Enum):
 
 
 class TransactionalPublisher:
-    def __init__(self, settings: Settings, transactional_id: str, transaction_timeout_ms: int = 600_000) -> None:
+    def __init__(self, settings: Settings, transactional_id: str, transaction_timeout_ms: int | None = None,
+                 owner: str = "") -> None:
+        """`owner` names what this publisher works for (e.g. "batch 7 of pipeline 'x'"), for error messages;
+        the transaction timeout defaults to the setting (EOSBATCH_TRANSACTION_TIMEOUT_MS)."""
         self._settings = settings
         self._transactional_id = transactional_id
-        self._timeout_ms = transaction_timeout_ms
+        self._timeout_ms = settings.transaction_timeout_ms if transaction_timeout_ms is None else transaction_timeout_ms
+        self._owner = owner or f"transactional.id {transactional_id}"
         self._producer: Producer | None = None
         self.state = TxnState.NEW
         self.produced = 0
+        self._undelivered: KafkaError | None = None  # the first record the broker refused in this transaction
 
     def _require(self, *states: TxnState) -> None:
         if self.state not in states:
             raise PublishFailed(f"publisher is {self.state.value}; expected {'/'.join(s.value for s in states)}")
 
     def _fail(self, exc: KafkaException, doing: str) -> Exception:
-        error: KafkaError = exc.args[0]
-        if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+        """The eosbatch error for a failed producer call; a fatal or fenced producer is done for good."""
+        error = error_of(exc)
+        if error is not None and error.code() == KafkaError._FATAL and not is_fenced(error):
+            # produce() says only "Local: Fatal error"; the transactional API returns the stored cause
+            # (e.g. _FENCED when a newer runner took over while this one was frozen).
+            exc = self._fatal_cause() or exc
+            error = error_of(exc)
+        if error is not None and (error.fatal() or is_fenced(error) or error.code() == KafkaError._FATAL):
             self.state = TxnState.FAILED
-            return PublisherFenced(f"{doing}: fenced by a newer publisher of {self._transactional_id}")
-        if error.fatal():
-            self.state = TxnState.FAILED
-            return PublishFailed(f"{doing}: fatal: {error.str()}")
-        return KafkaUnavailable(f"{doing}: {error.str()}")
+        broker_max = None
+        if error is not None and error.code() == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+            broker_max = self._broker_max_timeout_ms()
+        return to_eosbatch(exc, doing, self._settings.kafka_bootstrap, owner=self._owner,
+                           transaction_timeout_ms=self._timeout_ms, broker_max_ms=broker_max)
+
+    def _delivery_failed(self, error: KafkaError | None, _message: Any) -> None:
+        if error is not None and self._undelivered is None:
+            self._undelivered = error
+
+    def _fatal_cause(self) -> KafkaException | None:
+        if self._producer is None:
+            return None
+        try:
+            self._producer.abort_transaction(1)  # refused at once by a fatal producer, with the cause
+        except KafkaException as cause:
+            return cause
+        return None
+
+    def _broker_max_timeout_ms(self) -> int | None:
+        """The broker's transaction.max.timeout.ms, to name it; None when it cannot be read (ACLs, timeout)."""
+        try:
+            client = clients.admin(self._settings)
+            cluster = client.describe_cluster(request_timeout=10).result(timeout=15)
+            resource = ConfigResource(ResourceType.BROKER, str(cluster.nodes[0].id))
+            found = client.describe_configs([resource], request_timeout=10)[resource].result(timeout=15)
+            return int(found["transaction.max.timeout.ms"].value)
+        except Exception:  # noqa: BLE001 - only to improve a message; the error names "the broker's maximum"
+            return None
 
     def init(self) -> None:
         """Fence older publishers of this transactional.id and settle whatever they left open."""
         self._require(TxnState.NEW)
-        self._producer = Producer(self._settings.kafka(**{
+        self._producer = clients.producer(self._settings, **{
             "transactional.id": self._transactional_id,
             "enable.idempotence": True,
             "acks": "all",
@@ -67,7 +103,11 @@ class TransactionalPublisher:
             "linger.ms": 20,
             "compression.type": "lz4",
             "queue.buffering.max.messages": 200_000,
-        }))
+            # A refused record (too large for the topic, no write permission) would otherwise only show as
+            # "commit_transaction: abort and retry", for ever; only failures call back, so no cost per record.
+            "on_delivery": self._delivery_failed,
+            "delivery.report.only.error": True,
+        })
         try:
             self._producer.init_transactions(TIMEOUT)
         except KafkaException as exc:
@@ -81,6 +121,7 @@ class TransactionalPublisher:
             self._producer.begin_transaction()
         except KafkaException as exc:
             raise self._fail(exc, "begin_transaction") from exc
+        self._undelivered = None
         self.state = TxnState.IN_TXN
 
     def produce(self, topic: str, records: Iterable[tuple[bytes | None, bytes] | tuple[bytes | None, bytes, Headers]],
@@ -90,20 +131,26 @@ class TransactionalPublisher:
         producer = self._producer
         assert producer is not None
         count = 0
-        for record in records:
-            key, value = record[0], record[1]
-            extra: Headers = record[2] if len(record) > 2 else []  # type: ignore[misc]
-            while True:
-                try:
-                    producer.produce(topic, value=value, key=key, headers=[*headers, *extra])
-                    break
-                except BufferError:
-                    producer.poll(0.05)  # the local queue is full: let deliveries drain (bounded memory)
-            count += 1
-            if count % 10_000 == 0:
-                producer.poll(0)
-        # Flushed so that a crash here leaves real records of an open transaction in the topic.
-        producer.flush(TIMEOUT)
+        try:
+            for record in records:
+                key, value = record[0], record[1]
+                extra: Headers = record[2] if len(record) > 2 else []  # type: ignore[misc]
+                while True:
+                    try:
+                        producer.produce(topic, value=value, key=key, headers=[*headers, *extra])
+                        break
+                    except BufferError:
+                        producer.poll(0.05)  # the local queue is full: let deliveries drain (bounded memory)
+                count += 1
+                if count % 10_000 == 0:
+                    producer.poll(0)
+            # Flushed so that a crash here leaves real records of an open transaction in the topic.
+            producer.flush(TIMEOUT)
+        except KafkaException as exc:
+            # A runner frozen here and fenced meanwhile learns it now (produce, poll or flush refuse).
+            raise self._fail(exc, f"producing to {topic}") from exc
+        if self._undelivered is not None:  # the transaction cannot commit: say why, not "retry"
+            raise self._fail(KafkaException(self._undelivered), f"producing to {topic}")
         faults.point("publish.mid_produce")
         self.produced += count
         return count
@@ -122,7 +169,10 @@ class TransactionalPublisher:
             error: KafkaError = exc.args[0]
             if error.txn_requires_abort():
                 self.abort()
-                raise KafkaUnavailable(f"commit_transaction: aborted, retry the publish: {error.str()}") from exc
+                if self._undelivered is not None:  # a record was refused: retrying refuses it again
+                    raise self._fail(KafkaException(self._undelivered), "producing") from exc
+                raise KafkaUnavailable(f"{self._owner}: commit_transaction: aborted, retry the publish: "
+                                       f"{error.str()}") from exc
             raise self._fail(exc, "commit_transaction") from exc
         finally:
             consumer.close()

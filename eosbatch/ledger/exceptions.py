@@ -1,11 +1,20 @@
-from eosbatch.exceptions import TerminalError, TransientError
+from eosbatch.exceptions import Fenced, TerminalError, TransientError
 
 
 class LedgerUnavailable(TransientError):
     """PostgreSQL could not be reached or dropped the connection."""
 
 
-class StaleEpoch(TerminalError):
+class LedgerAccessDenied(TerminalError):
+    """PostgreSQL refused the login or a privilege: retrying cannot help until an operator changes them."""
+
+
+class LedgerSchemaMissing(TerminalError):
+    """The database has no eosbatch ledger, or an older revision of it: `eosbatch db upgrade` creates or
+    upgrades it (or, for a revision newer than this eosbatch knows, upgrade eosbatch)."""
+
+
+class StaleEpoch(Fenced):
     """Another runner took over the pipeline (its plan bumped the epoch); this one must stop."""
 
 

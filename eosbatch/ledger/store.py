@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, NamedTuple, TypeAlias
@@ -13,7 +14,8 @@ import psycopg2.extensions
 import psycopg2.extras
 
 from eosbatch.config import Settings, redact
-from eosbatch.ledger.exceptions import BatchNotFound, LedgerUnavailable, OffsetMismatch, StaleEpoch
+from eosbatch.ledger import errors as ledger_errors
+from eosbatch.ledger.exceptions import BatchNotFound, LedgerSchemaMissing, LedgerUnavailable, OffsetMismatch, StaleEpoch
 from eosbatch.protocol.ranges import OffsetRange, TopicPartition
 from eosbatch.protocol.sources import Incarnation, Reset, SourceTopic, TopicReset
 from eosbatch.protocol.states import BatchKind, BatchState, Lane, check_transition, claims_coverage, lane
@@ -66,24 +68,82 @@ _BATCH_COLUMNS = ("id, pipeline, kind, state, epoch, publish, marker_group, repl
                   "commit_seq, committed_at")
 
 
-def connect(settings: Settings) -> psycopg2.extensions.connection:
+def _where(settings: Settings) -> str:
+    return redact(settings.database_url)  # names the address, never the password
+
+
+def connect(settings: Settings, check_schema: bool = True) -> psycopg2.extensions.connection:
+    """A connection to the ledger's database, opened within the connect timeout (EOSBATCH_CONNECT_TIMEOUT_S;
+    a connect_timeout in the URL wins). The first connection of a process also checks the ledger's
+    revision, so that a database without the ledger, or with an older one, says "run eosbatch db upgrade"
+    before anything else happens."""
+    timeout = max(2, math.ceil(settings.connect_timeout_s))  # libpq: whole seconds, at least 2
+    options: dict[str, Any] = {} if "connect_timeout=" in settings.psycopg_dsn else {"connect_timeout": timeout}
     try:
-        return psycopg2.connect(settings.psycopg_dsn, connect_timeout=10, application_name="eosbatch")
-    except psycopg2.OperationalError as exc:
+        connection = psycopg2.connect(settings.psycopg_dsn, application_name="eosbatch", **options)
+    except psycopg2.Error as exc:
         # libpq's message can include the URL; say where without the password.
-        raise LedgerUnavailable(f"cannot connect to PostgreSQL at {redact(settings.database_url)}: "
-                                f"{str(exc).strip().splitlines()[0]}") from None
+        raise ledger_errors.connect_error(exc, _where(settings), timeout) from None
+    if check_schema and settings.database_url not in _schema_checked:
+        try:
+            _check_revision(connection, settings)
+        except BaseException:
+            connection.close()
+            raise
+    return connection
+
+
+# Databases whose ledger revision this process has checked (the check costs a query and reading the
+# migrations; a migration run from this process clears it).
+_schema_checked: set[str] = set()
+
+
+def forget_schema_check() -> None:
+    """Check the ledger's revision again on the next connection (after a migration)."""
+    _schema_checked.clear()
+
+
+def _check_revision(connection: psycopg2.extensions.connection, settings: Settings) -> None:
+    from eosbatch.ledger import migrate
+
+    try:
+        known = migrate.revisions()
+    except Exception:  # noqa: BLE001 - no migrations folder (a trimmed install): the table errors still say it
+        _schema_checked.add(settings.database_url)
+        return
+    try:
+        with connection.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s) IS NOT NULL", (migrate.VERSION_TABLE,))
+            current = None
+            if cur.fetchone()[0]:
+                cur.execute(f"SELECT version_num FROM {migrate.VERSION_TABLE}")  # noqa: S608 - a constant
+                row = cur.fetchone()
+                current = row[0] if row else None
+        connection.rollback()
+    except psycopg2.Error as exc:
+        raise (ledger_errors.to_eosbatch(exc, _where(settings))
+               or LedgerUnavailable(f"PostgreSQL at {_where(settings)}: {ledger_errors.first_line(exc)}")) from exc
+    problem = ledger_errors.schema_problem(current, known)
+    if problem is not None:
+        raise LedgerSchemaMissing(f"PostgreSQL at {_where(settings)}: {problem}")
+    _schema_checked.add(settings.database_url)
 
 
 @contextlib.contextmanager
 def transaction(settings: Settings) -> Iterator[Cursor]:
-    """One PostgreSQL transaction: committed when the block ends, rolled back on any exception."""
+    """One PostgreSQL transaction: committed when the block ends, rolled back on any exception.
+
+    Errors about the database itself (unreachable, busy, access, no ledger) leave as eosbatch errors;
+    constraint violations and data errors stay psycopg2's, for the caller to decide."""
     connection = connect(settings)
     try:
         with connection, connection.cursor() as cursor:
             yield cursor
-    except psycopg2.OperationalError as exc:
-        raise LedgerUnavailable(f"PostgreSQL: {str(exc).strip().splitlines()[0]}") from exc
+    except psycopg2.Error as exc:
+        mapped = ledger_errors.to_eosbatch(exc, _where(settings))
+        if mapped is None:
+            raise
+        raise mapped from exc
     finally:
         connection.close()
 
@@ -99,7 +159,8 @@ def lock_pipeline(cur: Cursor, name: str, lane: Lane = "regular") -> int:
 def hold_lane(cur: Cursor, name: str, in_lane: Lane, epoch: int) -> None:
     """Lock the pipeline and check this runner still owns the lane (nobody recovered it since)."""
     if lock_pipeline(cur, name, in_lane) != epoch:
-        raise StaleEpoch(f"pipeline {name!r}: another runner took over the {in_lane} lane (epoch {epoch} is stale)")
+        raise StaleEpoch(f"pipeline {name!r}: another runner owns the {in_lane} lane now (this runner's epoch "
+                         f"{epoch} is stale); this runner stops")
 
 
 def bump_epoch(cur: Cursor, name: str, lane: Lane = "regular") -> int:
@@ -116,8 +177,9 @@ def check_epoch(cur: Cursor, batch: Batch, lock: bool = False) -> None:
                 + (" FOR UPDATE" if lock else ""), (batch.pipeline,))
     row = cur.fetchone()
     if row is None or int(row[0]) != batch.epoch:
-        raise StaleEpoch(f"batch {batch.id} was planned in {lane(batch.kind)} epoch {batch.epoch}; pipeline "
-                         f"{batch.pipeline!r} is now in epoch {row[0] if row else '?'}")
+        raise StaleEpoch(f"batch {batch.id}: another runner owns pipeline {batch.pipeline!r} now (the batch was "
+                         f"planned in {lane(batch.kind)} epoch {batch.epoch}, the pipeline is in epoch "
+                         f"{row[0] if row else '?'}); this runner stops")
 
 
 def check_lane_epoch(cur: Cursor, batch: Batch, epoch: int) -> None:

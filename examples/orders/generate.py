@@ -8,10 +8,10 @@ import random
 from decimal import Decimal
 from typing import NamedTuple
 
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
 from eosbatch.config import Settings
+from eosbatch.kafka import clients
 
 
 class Produced(NamedTuple):
@@ -24,7 +24,7 @@ EXAMPLE_TOPICS = {"orders": 4, "customer_totals": 4, "orders_latest": 4, "custom
 
 
 def ensure_topics(settings: Settings, topics: dict[str, int]) -> None:
-    admin = AdminClient(settings.kafka())
+    admin = clients.admin(settings)
     existing = admin.list_topics(timeout=30).topics
     wanted = [NewTopic(name, partitions, 1) for name, partitions in topics.items() if name not in existing]
     for future in admin.create_topics(wanted).values() if wanted else ():
@@ -41,8 +41,8 @@ def generate(settings: Settings, topic: str = "orders", records: int = 10_000, p
     """Produce `records` records in transactions; every `abort_every`-th transaction is aborted."""
     rng = random.Random(seed)
     ensure_topics(settings, {topic: partitions})
-    producer = Producer(settings.kafka(**{"transactional.id": f"eosbatch-demo-generator-{topic}-{seed}",
-                                          "linger.ms": 20, "partitioner": "murmur2_random"}))
+    producer = clients.producer(settings, **{"transactional.id": f"eosbatch-demo-generator-{topic}-{seed}",
+                                             "linger.ms": 20, "partitioner": "murmur2_random"})
     producer.init_transactions(60)
     delivered: dict[int, tuple[int, int]] = {}
     pending: list[tuple[int, dict | None]] = []

@@ -9,6 +9,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from eosbatch.kafka.offsets import bounds
 from eosbatch.ledger import migrate, store
+from eosbatch.ledger.exceptions import LedgerSchemaMissing
 from eosbatch.protocol.ranges import TopicPartition
 from eosbatch.verify import read_topic
 
@@ -69,9 +70,13 @@ def test_migrations_downgrade_and_upgrade(settings):
     try:
         migrate.downgrade(url, "base")
         assert migrate.current(url) is None
-        with store.transaction(settings) as cur:
+        raw = store.connect(settings, check_schema=False)
+        with raw, raw.cursor() as cur:
             cur.execute("SELECT to_regclass('eosbatch.batches')")
             assert cur.fetchone()[0] is None
+        raw.close()
+        with pytest.raises(LedgerSchemaMissing, match="run `eosbatch db upgrade`"), store.transaction(settings):
+            pass  # the ledger's own connections refuse a database without the ledger, naming the way out
     finally:
         migrate.upgrade(url, "head")
     assert migrate.current(url) == migrate.head()

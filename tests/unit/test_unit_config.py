@@ -5,10 +5,15 @@ from __future__ import annotations
 import pytest
 
 from eosbatch.config import (
+    CONNECT_TIMEOUT,
     DATABASE_URL,
     KAFKA_BOOTSTRAP,
     KAFKA_CONFIG,
+    LOG_DIR,
     SPARK_MASTER,
+    TRANSACTION_TIMEOUT,
+    Settings,
+    default_log_dir,
     load,
     redact,
     to_libpq_url,
@@ -127,3 +132,46 @@ def test_libpq_url_drops_the_driver_and_needs_a_scheme() -> None:
         to_libpq_url(f"eos:{SECRET}@h/db")
     assert info.value.field == DATABASE_URL
     assert SECRET not in str(info.value)
+
+
+def test_timeouts_and_log_folder_have_defaults() -> None:
+    settings = load(env())
+    assert settings.transaction_timeout_ms == 600_000
+    assert settings.connect_timeout_s == 10.0
+    assert settings.log_dir  # a folder, never "" once loaded
+
+
+def test_settings_built_by_hand_keep_working() -> None:
+    settings = Settings(URL, "127.0.0.1:9092", {}, "local[2]")
+    assert (settings.transaction_timeout_ms, settings.connect_timeout_s) == (600_000, 10.0)
+
+
+def test_timeouts_and_log_folder_are_read() -> None:
+    settings = load(env(**{TRANSACTION_TIMEOUT: "900000", CONNECT_TIMEOUT: "2.5", LOG_DIR: "/var/log/eos"}))
+    assert settings.transaction_timeout_ms == 900_000
+    assert settings.connect_timeout_s == 2.5
+    assert settings.log_dir == "/var/log/eos"
+
+
+@pytest.mark.parametrize("value", ["0", "999", "-5", "1e6", "ten", "2147483648"])
+def test_transaction_timeout_is_validated(value: str) -> None:
+    error = failure(env(**{TRANSACTION_TIMEOUT: value}))
+    assert error.field == TRANSACTION_TIMEOUT
+    assert value in str(error)
+
+
+@pytest.mark.parametrize("value", ["0", "0.5", "-1", "soon", "3601"])
+def test_connect_timeout_is_validated(value: str) -> None:
+    assert failure(env(**{CONNECT_TIMEOUT: value})).field == CONNECT_TIMEOUT
+
+
+def test_transaction_timeout_in_kafka_config_points_at_the_setting() -> None:
+    error = failure(env(**{KAFKA_CONFIG: '{"transaction.timeout.ms": 1000}'}))
+    assert error.field == KAFKA_CONFIG
+    assert TRANSACTION_TIMEOUT in str(error)
+
+
+def test_default_log_folder_needs_no_stack() -> None:
+    assert default_log_dir({"EOSBATCH_HOME": "/srv/eos"}) == "/srv/eos/logs"
+    assert default_log_dir({"XDG_STATE_HOME": "/state"}) == "/state/eosbatch/logs"
+    assert default_log_dir({}).endswith("/.local/state/eosbatch/logs")

@@ -1,0 +1,148 @@
+"""The one place Kafka clients are made: every Producer, Consumer and AdminClient of eosbatch comes from here.
+
+Why one factory:
+- librdkafka logs every failed connection attempt to stderr (hundreds of lines for an unreachable broker).
+  Each client gets a python logger instead, which writes to a file under the log folder
+  (EOSBATCH_LOG_DIR), never to the terminal; the operator sees one line and the file has the detail.
+- Before the first client of a process talks to a broker, `reach` asks the cluster for its description
+  within the connect timeout (EOSBATCH_CONNECT_TIMEOUT_S). An unreachable broker then fails in seconds with
+  one line naming the address, instead of after each operation's own, longer timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+
+from eosbatch.config import KAFKA_CONFIG, LOG_DIR, Settings, default_log_dir
+from eosbatch.exceptions import ConfigError
+from eosbatch.kafka.errors import describe, error_of
+from eosbatch.kafka.exceptions import KafkaUnavailable
+
+LOG_FILE = "kafka.log"
+LOGGER = "eosbatch.librdkafka"
+
+_lock = threading.Lock()
+_reached: set[str] = set()  # bootstrap lists that answered in this process
+
+
+class Admin(AdminClient):
+    """An AdminClient that knows its bootstrap list, so errors can name the address."""
+
+    bootstrap = ""
+
+
+class _LastProblem(logging.Handler):
+    """Remembers librdkafka's last warning or error, to say *why* a broker was not reached."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.message = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # librdkafka's lines look like "FAIL [rdkafka#producer-1] [thrd:...]: host:port/bootstrap: Connect to ...
+        # failed: Connection refused (after 0ms in state CONNECT)"; the part after the last "]: " says it.
+        self.message = record.getMessage().rsplit("]: ", 1)[-1]
+
+
+_last_problem = _LastProblem()
+
+
+def log_file(settings: Settings) -> Path:
+    return Path(settings.log_dir or default_log_dir()) / LOG_FILE
+
+
+def logger(settings: Settings) -> logging.Logger:
+    """The logger librdkafka writes to: a file under the log folder, never the terminal (no propagation)."""
+    with _lock:
+        log = logging.getLogger(LOGGER)
+        path = log_file(settings)
+        current = [h for h in log.handlers if isinstance(h, logging.FileHandler)]
+        if current and current[0].baseFilename == str(path.resolve()):
+            return log
+        for handler in current:
+            log.removeHandler(handler)
+            handler.close()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handler = logging.FileHandler(path, encoding="utf-8", delay=True)
+        except OSError as exc:
+            if os.environ.get(LOG_DIR, "").strip():
+                raise ConfigError(LOG_DIR, f"cannot write {path}: {exc.strerror}") from None
+            # The default folder may be read-only (a container without a home): the temp folder will do.
+            fallback = Path(tempfile.gettempdir()) / f"eosbatch-logs-{os.getuid()}" / LOG_FILE
+            fallback.parent.mkdir(parents=True, exist_ok=True)
+            handler = logging.FileHandler(fallback, encoding="utf-8", delay=True)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        if _last_problem not in log.handlers:
+            log.addHandler(_last_problem)
+        log.setLevel(logging.INFO)
+        log.propagate = False  # the root logger may print to the terminal (Airflow, pytest): not this one
+        return log
+
+
+def config(settings: Settings, **overrides: Any) -> dict[str, Any]:
+    """librdkafka settings for a client: ours, then the user's EOSBATCH_KAFKA_CONFIG, then the caller's."""
+    connect_ms = int(settings.connect_timeout_s * 1000)
+    return {"socket.connection.setup.timeout.ms": connect_ms, **settings.kafka(**overrides),
+            "logger": logger(settings)}
+
+
+def reach(settings: Settings) -> None:
+    """Check once per process, within the connect timeout, that a broker of the bootstrap list answers.
+
+    Later calls return at once: this is about a wrong or unreachable address at the start of a command;
+    a broker lost later fails that operation (its own timeout), mapped to a transient error as well."""
+    if settings.kafka_bootstrap in _reached:
+        return
+    timeout = settings.connect_timeout_s
+    client = _make(AdminClient, config(settings))
+    _last_problem.message = ""
+    try:
+        client.describe_cluster(request_timeout=timeout).result(timeout=timeout + 1)
+    except (KafkaException, TimeoutError) as exc:
+        client.poll(0)  # hands librdkafka's queued log lines (the reason) to the logger
+        error = error_of(exc)
+        silent = isinstance(exc, TimeoutError) or (error is not None and error.code() == KafkaError._TIMED_OUT)
+        why = _last_problem.message or ("no broker answered" if silent else describe(error, exc))
+        raise KafkaUnavailable(f"cannot reach Kafka at {settings.kafka_bootstrap} within {timeout:g} s: {why} "
+                               f"(EOSBATCH_KAFKA_BOOTSTRAP; librdkafka's log: {log_file(settings)})") from None
+    finally:
+        client.poll(0)
+    _reached.add(settings.kafka_bootstrap)
+
+
+def _make(kind: Any, conf: dict[str, Any]) -> Any:
+    try:
+        return kind(conf)
+    except KafkaException as exc:  # librdkafka refused a setting: the user's, since ours are fixed
+        raise ConfigError(KAFKA_CONFIG, describe(error_of(exc), exc)) from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(KAFKA_CONFIG, str(exc)) from None
+
+
+def producer(settings: Settings, **overrides: Any) -> Producer:
+    reach(settings)
+    made: Producer = _make(Producer, config(settings, **overrides))
+    return made
+
+
+def consumer(settings: Settings, **overrides: Any) -> Consumer:
+    reach(settings)
+    made: Consumer = _make(Consumer, config(settings, **overrides))
+    return made
+
+
+def admin(settings: Settings, **overrides: Any) -> Admin:
+    reach(settings)
+    made: Admin = _make(Admin, config(settings, **overrides))
+    made.bootstrap = settings.kafka_bootstrap
+    return made
