@@ -88,8 +88,8 @@ def plan(pipeline_name: str, log: Log = _quiet) -> store.Batch | None:
     """Recover, then plan the next regular batch up to the last stable offset; None when caught up."""
     settings = config.load()
     pipeline = registry.get(pipeline_name)
+    epoch = recover(pipeline.name, log)  # first: a committed batch that cannot publish says so on the batch
     check_output_topic(settings, pipeline)
-    epoch = recover(pipeline.name, log)
     topic_ids, bounds = offsets.source_state(settings, pipeline.source.topics)
     with store.transaction(settings) as cur:
         store.hold_lane(cur, pipeline.name, "regular", epoch)
@@ -339,6 +339,19 @@ def publish(pipeline_name: str, batch_id: int, log: Log = _quiet, epoch: int | N
 
 def publish_to_kafka(pipeline_name: str, batch_id: int, log: Log = _quiet, epoch: int | None = None,
                      ignore_expired_marker: bool = False) -> int | None:
+    """The Kafka half of publish: see `_publish_to_kafka`. A terminal failure of a committed batch (the output
+    topic deleted, no write permission, an expired marker) is recorded on the batch, so `status` shows why
+    its lane is stuck until the operator acts; fencing is not a failure of the batch and is not recorded."""
+    try:
+        return _publish_to_kafka(pipeline_name, batch_id, log, epoch, ignore_expired_marker)
+    except TerminalError as exc:
+        if not isinstance(exc, Fenced):
+            store.record_error(config.load(), batch_id, f"publish: {type(exc).__name__}: {exc}")
+        raise
+
+
+def _publish_to_kafka(pipeline_name: str, batch_id: int, log: Log, epoch: int | None,
+                      ignore_expired_marker: bool) -> int | None:
     """The Kafka half of publish: the output and the marker in one transaction; the batch stays committed
     until `finalize`. Returns the records produced, or None when an earlier run had published them.
 

@@ -193,6 +193,16 @@ def check_lane_epoch(cur: Cursor, batch: Batch, epoch: int) -> None:
                          "publishes the batch, this runner stops")
 
 
+def record_error(settings: Settings, batch_id: int, error: str) -> None:
+    """Note why a committed batch cannot be published (best effort: the error is raised anyway)."""
+    try:
+        with transaction(settings) as cur:
+            cur.execute("UPDATE eosbatch.batches SET error = %s, updated_at = now() WHERE id = %s "
+                        "AND state = 'committed'", (error[:2000], batch_id))
+    except LedgerUnavailable:
+        pass
+
+
 def next_commit_seq(cur: Cursor, pipeline: str) -> int:
     """The pipeline's next commit sequence number (the pipeline row is locked by the commit's epoch check)."""
     cur.execute("UPDATE eosbatch.pipelines SET commit_seq = commit_seq + 1 WHERE name = %s RETURNING commit_seq",
