@@ -14,6 +14,9 @@ KAFKA_BOOTSTRAP = "EOSBATCH_KAFKA_BOOTSTRAP"
 KAFKA_CONFIG = "EOSBATCH_KAFKA_CONFIG"
 SPARK_MASTER = "EOSBATCH_SPARK_MASTER"
 PIPELINES = "EOSBATCH_PIPELINES"
+LEASE_SECONDS = "EOSBATCH_LEASE_SECONDS"
+DEFAULT_LEASE_SECONDS = 60.0
+MIN_LEASE_SECONDS = 1.0
 
 
 class Settings(NamedTuple):
@@ -21,6 +24,7 @@ class Settings(NamedTuple):
     kafka_bootstrap: str
     kafka_config: dict[str, Any]
     spark_master: str
+    lease_seconds: float = DEFAULT_LEASE_SECONDS  # a lane's lease: renewed every third of it, taken after it
 
     def kafka(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings for a client: bootstrap + the user's extra config + the caller's needs."""
@@ -75,4 +79,16 @@ def load(env: dict[str, str] | None = None) -> Settings:
     if reserved:
         raise ConfigError(KAFKA_CONFIG, f"sets {sorted(reserved)}, which eosbatch owns")
     master = env.get(SPARK_MASTER, "").strip() or "local[2]"
-    return Settings(url, bootstrap, extra, master)
+    return Settings(url, bootstrap, extra, master, _lease_seconds(env.get(LEASE_SECONDS, "").strip()))
+
+
+def _lease_seconds(raw: str) -> float:
+    if not raw:
+        return DEFAULT_LEASE_SECONDS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise ConfigError(LEASE_SECONDS, f"expected a number of seconds, got {raw!r}") from None
+    if not seconds >= MIN_LEASE_SECONDS or seconds == float("inf"):  # also refuses NaN
+        raise ConfigError(LEASE_SECONDS, f"must be at least {MIN_LEASE_SECONDS:g} seconds, got {raw!r}")
+    return seconds

@@ -127,3 +127,18 @@ def test_libpq_url_drops_the_driver_and_needs_a_scheme() -> None:
         to_libpq_url(f"eos:{SECRET}@h/db")
     assert info.value.field == DATABASE_URL
     assert SECRET not in str(info.value)
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "0.5", "-5", "nan", "inf", "1e999"])
+def test_lease_seconds_is_validated_naming_the_field(raw: str) -> None:
+    from eosbatch.config import LEASE_SECONDS
+
+    error = failure(env(**{LEASE_SECONDS: raw}))
+    assert error.field == LEASE_SECONDS and raw in str(error)
+
+
+def test_lease_seconds_default_and_value() -> None:
+    from eosbatch.config import DEFAULT_LEASE_SECONDS, LEASE_SECONDS
+
+    assert load(env()).lease_seconds == DEFAULT_LEASE_SECONDS == 60
+    assert load(env(**{LEASE_SECONDS: " 5 "})).lease_seconds == 5
