@@ -87,7 +87,8 @@ def renew(settings: config.Settings, pipeline: str, in_lane: Lane, owner: str) -
         cur.execute("SELECT owner FROM eosbatch.lane_leases WHERE pipeline = %s AND lane = %s", (pipeline, in_lane))
         row = cur.fetchone()
     holder = row[0] if row else None
-    now_held = f"another runner ({holder}) took it over" if holder else "it was released"
+    # Only its holder releases a lease: gone from `owner`, it was taken over (and maybe released since).
+    now_held = f"another runner ({holder}) took it over" if holder else "another runner took it over (and is done)"
     raise LaneLost(f"pipeline {pipeline!r}: this runner ({owner}) lost the {in_lane} lane: {now_held}, "
                    "its recovery bumped the epoch; this runner stops here")
 
