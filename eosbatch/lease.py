@@ -64,7 +64,8 @@ def acquire(cur: store.Cursor, settings: config.Settings, pipeline: str, in_lane
     here = socket.gethostname()
     asked = _pid_alive(holder.pid) if holder is not None and holder.host == here else None
     gone = rules.holder_gone(lease.owner, here, os.getpid(), asked)
-    decision = rules.decide(lease, owner, now, gone)
+    ended = rules.superseded(lease.owner, owner)
+    decision = rules.decide(lease, owner, now, gone or ended)
     if decision == "busy":
         raise LaneBusy(f"pipeline {pipeline!r}: the {in_lane} lane is held by {lease.owner} {_when(lease, now)}; "
                        "this runner leaves it alone: run again later")
@@ -72,7 +73,7 @@ def acquire(cur: store.Cursor, settings: config.Settings, pipeline: str, in_lane
         store.renew_lease(cur, pipeline, in_lane, owner, settings.lease_seconds)
         return decision
     if lease.owner is not None:
-        why = "its process is gone" if gone else "its lease expired"
+        why = "its process is gone" if gone else "its DAG run has ended" if ended else "its lease expired"
         log(f"{pipeline}: taking over the {in_lane} lane from {lease.owner} ({why})")
     store.take_lease(cur, pipeline, in_lane, owner, settings.lease_seconds, takeover=lease.owner is not None)
     return decision

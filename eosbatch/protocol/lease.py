@@ -76,6 +76,16 @@ def holder_gone(owner: str | None, my_host: str, my_pid: int, pid_alive: bool | 
     return pid_alive is False
 
 
+def superseded(owner: str | None, me: str) -> bool:
+    """A lease held by an earlier run of my own DAG: the micro-batch DAG runs one run at a time
+    (max_active_runs=1), so that run has ended (failed where nothing released its lease) and only its
+    zombie tasks may remain, which the epoch bump fences. No need to wait for its expiry."""
+    if owner is None or owner == me or not (owner.startswith(AIRFLOW_PREFIX) and me.startswith(AIRFLOW_PREFIX)):
+        return False
+    held_dag, mine = owner[len(AIRFLOW_PREFIX):].split(":", 1)[0], me[len(AIRFLOW_PREFIX):].split(":", 1)[0]
+    return held_dag == mine
+
+
 def heartbeat_interval(lease_seconds: float) -> float:
     """Renew three times per lease: two renewals may be lost (a slow database) before it expires."""
     return lease_seconds / 3

@@ -126,10 +126,11 @@ def test_cli_and_airflow_runs_side_by_side_share_the_lane_without_ping_pong(sett
         assert outcome is not None, done.stderr[-3000:]
         return outcome
 
-    threads = [threading.Thread(target=keep_running, args=("cli", cli_run)),
-               threading.Thread(target=keep_running, args=("airflow", airflow_run))]
-    for thread in threads:
-        thread.start()
+    threads = [threading.Thread(target=keep_running, args=("airflow", airflow_run)),
+               threading.Thread(target=keep_running, args=("cli", cli_run))]
+    threads[0].start()  # the DAG run first, so that the CLI meets a lane held by Airflow, then both race
+    wait_for("the Airflow run's first batch", scenario.batches, timeout=120)
+    threads[1].start()
     for thread in threads:
         thread.join(timeout=DEADLINE)
     assert not any(t.is_alive() for t in threads), f"runners still going after {DEADLINE} s: {runs}"
@@ -138,6 +139,7 @@ def test_cli_and_airflow_runs_side_by_side_share_the_lane_without_ping_pong(sett
     batches = scenario.batches()
     did = sum(outcome == "batch" for outcome in runs["cli"] + runs["airflow"])
     assert did == len(batches) >= 3, (runs, batches)  # all input processed, in several batches
+    assert "batch" in runs["airflow"], runs  # the DAG run's lease went through all its tasks
     assert all(state == "published" for _, _, state in batches), batches  # nobody aborted anybody's batch
     planned = sum(outcome != "busy" for outcome in runs["cli"] + runs["airflow"])
     epoch, leases = ledger(scenario)

@@ -19,7 +19,7 @@ from tests.scenario import Scenario
 
 pytestmark = pytest.mark.integration
 
-A, B = airflow_owner("eosbatch__lease", "run_a"), airflow_owner("eosbatch__lease", "run_b")
+A, B = airflow_owner("eosbatch__lease", "run_a"), "test:runner-b"  # a DAG run, and another kind of runner
 
 
 def _pipeline(settings, unique: str) -> str:
@@ -103,6 +103,16 @@ def test_a_cli_holder_whose_process_is_gone_is_taken_over_before_its_expiry(sett
     steps.recover(name, owner=cli_owner(socket.gethostname(), 1, "init"))  # pid 1 lives: wait for the expiry
     with pytest.raises(LaneBusy):
         steps.recover(name, owner=B)
+
+
+def test_a_new_run_of_the_same_dag_takes_over_from_an_earlier_run_at_once(settings, unique):
+    name = _pipeline(settings, unique)
+    steps.plan(name, owner=A)  # run_a fails where nothing releases the lease (say, publish for good)
+    with pytest.raises(LaneBusy):  # another runner waits for its expiry
+        steps.recover(name, owner=B)
+    later = airflow_owner("eosbatch__lease", "run_c")  # max_active_runs=1: run_a has ended
+    steps.plan(name, owner=later)
+    assert lease_row(settings, name)[0].owner == later and lease_row(settings, name)[1] == 1
 
 
 def test_eosbatch_run_on_a_busy_lane_exits_transient_with_one_line(settings, unique):

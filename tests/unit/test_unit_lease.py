@@ -16,6 +16,7 @@ from eosbatch.protocol.lease import (
     parse_cli_owner,
     remaining,
     still_mine,
+    superseded,
 )
 
 pytestmark = pytest.mark.unit
@@ -89,3 +90,13 @@ def test_timing_helpers() -> None:
     assert heartbeat_interval(60) == 20
     assert remaining(Lease(OTHER, SOON), NOW) == timedelta(seconds=30)
     assert remaining(Lease(OTHER, PAST), NOW) == timedelta(0)
+
+
+def test_an_earlier_run_of_my_own_dag_is_superseded() -> None:
+    run_1, run_2 = airflow_owner("eosbatch__p", "scheduled__2026-01-01T00:00:00+00:00"), airflow_owner(
+        "eosbatch__p", "manual__2026-01-01T00:05:00+00:00")
+    assert superseded(run_1, run_2)  # one run at a time: run 1 has ended
+    assert not superseded(run_2, run_2)
+    assert not superseded(airflow_owner("eosbatch__q", "r"), run_2)  # another DAG: wait for its expiry
+    assert not superseded(ME, run_2) and not superseded(run_1, ME) and not superseded(None, run_2)
+    assert decide(Lease(run_1, SOON), run_2, NOW, holder_gone=superseded(run_1, run_2)) == "take"
