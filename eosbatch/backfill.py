@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Literal, NamedTuple
 
 from eosbatch import config, registry, steps
+from eosbatch import lease as leases
 from eosbatch.exceptions import ConfigError
 from eosbatch.kafka import offsets
 from eosbatch.ledger import store
@@ -161,7 +162,19 @@ def backfill(pipeline_name: str, ranges: Iterable[str] | None = None, time_from:
         with store.transaction(settings) as cur:
             return BackfillReport(_plan(cur, pipeline, requested, bounds, topic_ids, mode, track=False), dry_run=True)
 
-    epoch = steps.recover(pipeline.name, log, "backfill")
+    owner = leases.runner_id()
+    try:
+        return _run_backfill(settings, pipeline, requested, bounds, topic_ids, mode, kind, publish, owner, log,
+                             progress)
+    finally:
+        leases.release(settings, pipeline.name, "backfill", owner)
+
+
+def _run_backfill(settings: config.Settings, pipeline: Pipeline, requested: list[OffsetRange],
+                  bounds: dict[TopicPartition, PartitionBounds], topic_ids: dict[str, str], mode: Mode,
+                  kind: BatchKind, publish: bool, owner: str, log: Log, progress: Progress | None) -> BackfillReport:
+    """The backfill lane's work, its lease held by `owner` (taken by recover, renewed by each batch)."""
+    epoch = steps.recover(pipeline.name, log, "backfill", owner)
     with store.transaction(settings) as cur:
         store.lock_pipeline(cur, pipeline.name, "backfill")
         first_plan = _plan(cur, pipeline, requested, bounds, topic_ids, mode, track=True)
@@ -184,7 +197,7 @@ def backfill(pipeline_name: str, ranges: Iterable[str] | None = None, time_from:
                                        steps.marker_group(pipeline, "backfill"), publish=publish)
         log(f"batch {batch.id}: planned {kind} {', '.join(map(str, batch.ranges))}")
         try:
-            done = steps.run_batch(pipeline.name, batch, log)
+            done = steps.run_batch(pipeline.name, batch, log, owner)
         except (OffsetMismatch, RangeConflict) as exc:
             conflicts += 1
             if conflicts > MAX_CONFLICTS:
@@ -233,7 +246,18 @@ def replay(pipeline_name: str, batch_id: int, log: Log = _quiet) -> ReplayReport
     if first.action == "publish":
         steps.publish(pipeline.name, batch.id, log)
         return ReplayReport("published", first.reason, (batch.id,))
-    epoch = steps.recover(pipeline.name, log, "backfill")
+    owner = leases.runner_id()
+    try:
+        return _run_replay(settings, pipeline, decide, owner, log)
+    finally:
+        leases.release(settings, pipeline.name, "backfill", owner)
+
+
+def _run_replay(settings: config.Settings, pipeline: Pipeline,
+                decide: Callable[[store.Cursor], tuple[store.Batch, ReplayDecision]], owner: str, log: Log
+                ) -> ReplayReport:
+    """The replay batches, in the backfill lane, its lease held by `owner`."""
+    epoch = steps.recover(pipeline.name, log, "backfill", owner)
     bounds = offsets.bounds(settings, pipeline.source.topics)
     with store.transaction(settings) as cur:
         store.lock_pipeline(cur, pipeline.name, "backfill")
@@ -251,7 +275,7 @@ def replay(pipeline_name: str, batch_id: int, log: Log = _quiet) -> ReplayReport
                                          steps.marker_group(pipeline, "backfill"), publish=batch.publish,
                                          replay_of=batch.id)
         log(f"batch {created.id}: replays batch {batch.id}: {', '.join(map(str, created.ranges))}")
-        steps.run_batch(pipeline.name, created, log)
+        steps.run_batch(pipeline.name, created, log, owner)
         replays.append(created.id)
     return ReplayReport("replayed", decided.reason, tuple(replays))
 

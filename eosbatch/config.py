@@ -33,6 +33,9 @@ def marker_retention_seconds(env: dict[str, str] | None = None) -> float:
     if not raw.isdigit() or int(raw) < 1:
         raise ConfigError(MARKER_RETENTION, f"must be a whole number of minutes >= 1, got {raw!r}")
     return int(raw) * 60.0
+LEASE_SECONDS = "EOSBATCH_LEASE_SECONDS"
+DEFAULT_LEASE_SECONDS = 60.0
+MIN_LEASE_SECONDS = 1.0
 
 
 class Settings(NamedTuple):
@@ -44,6 +47,7 @@ class Settings(NamedTuple):
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS  # must exceed the longest publish
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S  # first contact with Kafka or PostgreSQL
     log_dir: str = ""  # librdkafka's own log; "" = default_log_dir()
+    lease_seconds: float = DEFAULT_LEASE_SECONDS  # a lane's lease: renewed every third of it, taken after it
 
     def kafka(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings for a client: bootstrap + the user's extra config + the caller's needs."""
@@ -135,4 +139,17 @@ def load(env: dict[str, str] | None = None) -> Settings:
         raise ConfigError(KAFKA_CONFIG, f"sets transaction.timeout.ms: set {TRANSACTION_TIMEOUT} instead")
     master = env.get(SPARK_MASTER, "").strip() or "local[2]"
     log_dir = env.get(LOG_DIR, "").strip() or default_log_dir(env)
-    return Settings(url, bootstrap, extra, master, _transaction_timeout(env), connect_timeout_s(env), log_dir)
+    return Settings(url, bootstrap, extra, master, _transaction_timeout(env), connect_timeout_s(env), log_dir,
+                    _lease_seconds(env.get(LEASE_SECONDS, "").strip()))
+
+
+def _lease_seconds(raw: str) -> float:
+    if not raw:
+        return DEFAULT_LEASE_SECONDS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise ConfigError(LEASE_SECONDS, f"expected a number of seconds, got {raw!r}") from None
+    if not seconds >= MIN_LEASE_SECONDS or seconds == float("inf"):  # also refuses NaN
+        raise ConfigError(LEASE_SECONDS, f"must be at least {MIN_LEASE_SECONDS:g} seconds, got {raw!r}")
+    return seconds

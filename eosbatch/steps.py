@@ -6,6 +6,7 @@ safe to re-run: it reads the batch's state first and does only what is left.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import psycopg2.errors
 import psycopg2.extras
 
 from eosbatch import config, faults, registry
+from eosbatch import lease as leases
 from eosbatch.exceptions import EosbatchError, Fenced, TerminalError, TransientError
 from eosbatch.kafka import marker, offsets
 from eosbatch.kafka.exceptions import MarkerExpired
@@ -65,12 +67,19 @@ def marker_group(pipeline: Pipeline, in_lane: Lane) -> str | Callable[[int], str
 
 # ---------------------------------------------------------------- recover and plan
 
-def recover(pipeline_name: str, log: Log = _quiet, in_lane: Lane = "regular") -> int:
-    """Take the lane over (bump its epoch), abort its unfinished batches, roll its committed ones forward."""
+def recover(pipeline_name: str, log: Log = _quiet, in_lane: Lane = "regular", owner: str | None = None) -> int:
+    """Take the lane over (its lease, then bump its epoch), abort its unfinished batches, roll its committed
+    ones forward. Raises LaneBusy, changing nothing, while another runner holds the lane's lease.
+
+    `owner` names the runner (default: this process, as the CLI); the lease stays with it until released
+    or expired. Every recovery bumps the epoch, the holder's own too: a new plan fences anything older,
+    even a zombie attempt of the same owner (an Airflow task retried while its first attempt lives on)."""
     settings = config.load()
     pipeline = registry.get(pipeline_name)
+    owner = owner or leases.runner_id()
     with store.transaction(settings) as cur:
         store.lock_pipeline(cur, pipeline.name, in_lane)
+        leases.acquire(cur, settings, pipeline.name, in_lane, owner, log)
         epoch = store.bump_epoch(cur, pipeline.name, in_lane)
         pending = store.open_batches(cur, pipeline.name, in_lane)
         for batch in pending:
@@ -84,11 +93,13 @@ def recover(pipeline_name: str, log: Log = _quiet, in_lane: Lane = "regular") ->
     return epoch
 
 
-def plan(pipeline_name: str, log: Log = _quiet) -> store.Batch | None:
-    """Recover, then plan the next regular batch up to the last stable offset; None when caught up."""
+def plan(pipeline_name: str, log: Log = _quiet, owner: str | None = None) -> store.Batch | None:
+    """Recover, then plan the next regular batch up to the last stable offset; None when caught up.
+    The lane's lease stays with `owner` (see recover): release it when the work is done."""
     settings = config.load()
     pipeline = registry.get(pipeline_name)
-    epoch = recover(pipeline.name, log)  # first: a committed batch that cannot publish says so on the batch
+    # first: a committed batch that cannot publish says so on the batch
+    epoch = recover(pipeline.name, log, owner=owner)
     check_output_topic(settings, pipeline)
     topic_ids, bounds = offsets.source_state(settings, pipeline.source.topics)
     with store.transaction(settings) as cur:
@@ -475,26 +486,39 @@ class RunSummary(NamedTuple):
                           self.published + (done.published_records or 0))
 
 
-def run_batch(pipeline_name: str, batch: store.Batch, log: Log = _quiet) -> store.Batch:
-    """process -> commit -> publish for one planned batch; aborts it if it fails before the commit."""
-    try:
-        process(pipeline_name, batch.id, log)
-        committed = commit(pipeline_name, batch.id, log)
-    except (OffsetMismatch, RangeConflict):
-        raise
-    except Exception as exc:
-        abort(pipeline_name, batch.id, reason=f"{type(exc).__name__}: {exc}")
-        raise
-    del committed
-    return publish(pipeline_name, batch.id, log)
+def run_batch(pipeline_name: str, batch: store.Batch, log: Log = _quiet, owner: str | None = None
+              ) -> store.Batch:
+    """process -> commit -> publish for one planned batch; aborts it if it fails before the commit.
+    The lane's lease (held by `owner`, default this process) is renewed before each step and by a
+    heartbeat meanwhile; a runner that finds it lost stops with LaneLost."""
+    settings = config.load()
+    with leases.Heartbeat(settings, pipeline_name, lane(batch.kind), owner or leases.runner_id()) as lease:
+        try:
+            process(pipeline_name, batch.id, log)
+            lease.check()
+            committed = commit(pipeline_name, batch.id, log)
+        except (OffsetMismatch, RangeConflict):
+            raise
+        except Exception as exc:
+            abort(pipeline_name, batch.id, reason=f"{type(exc).__name__}: {exc}")
+            raise
+        del committed
+        lease.check()
+        return publish(pipeline_name, batch.id, log)
 
 
 def run(pipeline_name: str, max_batches: int | None = None, log: Log = _quiet) -> RunSummary:
-    """Plan and run batches until caught up (or `max_batches`)."""
+    """Plan and run batches until caught up (or `max_batches`), holding the regular lane's lease
+    throughout, and releasing it at the end so that the next runner need not wait for it to expire."""
+    owner = leases.runner_id()
     summary = RunSummary(0, 0, 0, 0, 0)
-    while max_batches is None or summary.batches < max_batches:
-        batch = plan(pipeline_name, log)
-        if batch is None:
-            break
-        summary = summary.add(run_batch(pipeline_name, batch, log))
+    try:
+        while max_batches is None or summary.batches < max_batches:
+            batch = plan(pipeline_name, log, owner)
+            if batch is None:
+                break
+            summary = summary.add(run_batch(pipeline_name, batch, log, owner))
+    finally:
+        with contextlib.suppress(EosbatchError):  # a bad setting was reported by plan already
+            leases.release(config.load(), pipeline_name, "regular", owner)
     return summary

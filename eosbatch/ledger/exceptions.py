@@ -42,3 +42,13 @@ class SinkError(TerminalError):
 
 class BatchNotFound(TerminalError):
     pass
+
+
+class LaneBusy(TransientError):
+    """Another runner holds the lane's lease and keeps renewing it: this runner leaves the lane (and its
+    epoch) alone; trying again later succeeds once the holder releases the lease or stops renewing it."""
+
+
+class LaneLost(StaleEpoch):
+    """This runner's lease was taken over (it stopped renewing in time: frozen, or cut off from the ledger):
+    the new holder bumped the epoch and recovered the lane; this runner must stop."""

@@ -16,6 +16,7 @@ import psycopg2.extras
 from eosbatch.config import Settings, redact
 from eosbatch.ledger import errors as ledger_errors
 from eosbatch.ledger.exceptions import BatchNotFound, LedgerSchemaMissing, LedgerUnavailable, OffsetMismatch, StaleEpoch
+from eosbatch.protocol.lease import Lease
 from eosbatch.protocol.ranges import OffsetRange, TopicPartition
 from eosbatch.protocol.sources import Incarnation, Reset, SourceTopic, TopicReset
 from eosbatch.protocol.states import BatchKind, BatchState, Lane, check_transition, claims_coverage, lane
@@ -168,6 +169,50 @@ def bump_epoch(cur: Cursor, name: str, lane: Lane = "regular") -> int:
     cur.execute(f"UPDATE eosbatch.pipelines SET {column} = {column} + 1 WHERE name = %s "  # noqa: S608
                 f"RETURNING {column}", (name,))
     return int(cur.fetchone()[0])
+
+
+def read_lease(cur: Cursor, name: str, in_lane: Lane) -> tuple[Lease, datetime]:
+    """The lane's lease, locked for this transaction, and the database's clock (never the client's).
+    The pipeline's row must exist (lock_pipeline first)."""
+    cur.execute("INSERT INTO eosbatch.lane_leases (pipeline, lane) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                (name, in_lane))
+    cur.execute("SELECT owner, expires_at, clock_timestamp() FROM eosbatch.lane_leases "
+                "WHERE pipeline = %s AND lane = %s FOR UPDATE", (name, in_lane))
+    owner, expires_at, now = cur.fetchone()
+    return Lease(owner, expires_at), now
+
+
+def take_lease(cur: Cursor, name: str, in_lane: Lane, owner: str, seconds: float, takeover: bool) -> Lease:
+    """Give the lane to `owner` (read_lease locked it); `takeover`: from a holder that did not release it."""
+    cur.execute("UPDATE eosbatch.lane_leases SET owner = %s, "
+                "expires_at = clock_timestamp() + %s * interval '1 second', taken_at = clock_timestamp(), "
+                "takeovers = takeovers + %s WHERE pipeline = %s AND lane = %s "
+                "RETURNING owner, expires_at", (owner, seconds, int(takeover), name, in_lane))
+    return Lease(*cur.fetchone())
+
+
+def renew_lease(cur: Cursor, name: str, in_lane: Lane, owner: str, seconds: float) -> Lease | None:
+    """Extend `owner`'s lease; None when the lane is no longer `owner`'s (taken over or released).
+    A renewal never takes the lane: that is recovery's job, with an epoch bump."""
+    cur.execute("UPDATE eosbatch.lane_leases SET expires_at = clock_timestamp() + %s * interval '1 second' "
+                "WHERE pipeline = %s AND lane = %s AND owner = %s RETURNING owner, expires_at",
+                (seconds, name, in_lane, owner))
+    row = cur.fetchone()
+    return None if row is None else Lease(*row)
+
+
+def release_lease(cur: Cursor, name: str, in_lane: Lane, owner: str) -> bool:
+    """Free the lane now if `owner` still holds it, so the next runner need not wait for the expiry."""
+    cur.execute("UPDATE eosbatch.lane_leases SET owner = NULL, expires_at = NULL "
+                "WHERE pipeline = %s AND lane = %s AND owner = %s", (name, in_lane, owner))
+    return cur.rowcount == 1
+
+
+def lane_leases(cur: Cursor, name: str) -> dict[str, tuple[Lease, int]]:
+    """Each lane's lease and its takeover count, for status and tests."""
+    cur.execute("SELECT lane, owner, expires_at, takeovers FROM eosbatch.lane_leases WHERE pipeline = %s",
+                (name,))
+    return {row[0]: (Lease(row[1], row[2]), int(row[3])) for row in cur.fetchall()}
 
 
 def check_epoch(cur: Cursor, batch: Batch, lock: bool = False) -> None:

@@ -34,6 +34,12 @@ def dag_id(pipeline: str, kind: str = "") -> str:
     return f"eosbatch__{pipeline}" + (f"__{kind}" if kind else "")
 
 
+def _owner() -> str:
+    """This DAG run as the lane's lease owner: every task of the run shares it."""
+    context = get_current_context()
+    return tasks.run_owner(context["ti"].dag_id, context["run_id"])
+
+
 def _defaults() -> dict[str, Any]:
     # Transient errors retry; terminal ones raise AirflowFailException, which skips the retries.
     return {"owner": "eosbatch", "retries": RETRIES, "retry_delay": RETRY_DELAY}
@@ -49,33 +55,33 @@ def microbatch_dag(pipeline: Pipeline) -> DAG:
         @task.short_circuit(task_id="plan")
         def plan() -> int | None:
             """Recover unfinished batches, then plan the next one up to the last stable offset."""
-            return tasks.plan(name)
+            return tasks.plan(name, _owner())
 
         @task(task_id="process")
         def process(batch_id: int) -> None:
             """spark-submit of the Spark app: reads the planned ranges, stages the results."""
-            tasks.process(name, batch_id)
+            tasks.process(name, batch_id, _owner())
 
         @task(task_id="commit")
         def commit(batch_id: int) -> dict[str, Any]:
             """One PostgreSQL transaction: sink upsert, dead letters, offsets. After it, only roll forward."""
-            return tasks.commit(name, batch_id)
+            return tasks.commit(name, batch_id, _owner())
 
         @task(task_id="publish")
         def publish(batch_id: int) -> int | None:
             """One Kafka transaction: the output records and the marker."""
-            return tasks.publish(name, batch_id)
+            return tasks.publish(name, batch_id, _owner())
 
         @task(task_id="finalize")
         def finalize(batch_id: int, produced: int | None) -> str:
-            return tasks.finalize(name, batch_id, produced)
+            return tasks.finalize(name, batch_id, produced, _owner())
 
         @task(task_id="abort", trigger_rule="one_failed")
         def abort() -> list[int]:
             """After a failed process or commit: abort the batch unless it committed."""
             context = get_current_context()
             batch_id = context["ti"].xcom_pull(task_ids="plan")
-            return tasks.abort(name, batch_id, context["run_id"])
+            return tasks.abort(name, batch_id, context["run_id"], _owner())
 
         batch: Any = plan()  # an XComArg: the planned batch id, resolved when each task runs
         processed = process(batch)

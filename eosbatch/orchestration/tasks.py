@@ -4,6 +4,11 @@ Plain functions, importable without Airflow at parse time: the engine (steps, co
 PostgreSQL clients) is imported inside each call. Errors: a TerminalError becomes AirflowFailException
 (the task fails for good, no retries); a TransientError (or any other error) propagates, so Airflow
 retries the task. Every step is safe to re-run, so retries and re-runs never change the outcome.
+
+The lane's lease: all tasks of one DAG run are one owner (`run_owner`). `plan` takes the lease (or fails
+with LaneBusy, transient, so Airflow retries it later, while a CLI runner holds the lane); the following
+tasks renew it (`process` with a heartbeat during Spark); `finalize`, `abort` and a caught-up `plan`
+release it. A run that stops elsewhere leaves it to expire (EOSBATCH_LEASE_SECONDS).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from eosbatch.orchestration import connections, params
+from eosbatch.protocol.lease import airflow_owner
 
 Log = Callable[[str], None]
 
@@ -40,57 +46,95 @@ def _prepare(step: str) -> None:
 
 # ---------------------------------------------------------------- the micro-batch DAG
 
-def plan(pipeline: str) -> int | None:
-    """Recover, then plan the next batch; its id, or None when caught up (the rest of the run is skipped)."""
+def run_owner(dag_id: str, run_id: str) -> str:
+    """The lease owner of one DAG run: every task of the run renews the lease that `plan` took."""
+    return airflow_owner(dag_id, run_id)
+
+
+@contextmanager
+def _lease_held(pipeline: str, owner: str | None, heartbeat: bool = False) -> Iterator[None]:
+    """Renew the regular lane's lease first (LaneLost, terminal, if another runner took it), and with
+    `heartbeat` keep renewing it while the step runs. No owner (a direct call): no lease work."""
+    if owner is None:
+        yield
+        return
+    from eosbatch import config
+    from eosbatch import lease as leases
+
+    settings = config.load()
+    if not heartbeat:
+        leases.renew(settings, pipeline, "regular", owner)
+        yield
+        return
+    with leases.Heartbeat(settings, pipeline, "regular", owner):
+        yield
+
+
+def _release(pipeline: str, owner: str | None) -> None:
+    if owner is not None:
+        from eosbatch import config
+        from eosbatch import lease as leases
+
+        leases.release(config.load(), pipeline, "regular", owner)
+
+
+def plan(pipeline: str, owner: str | None = None) -> int | None:
+    """Recover, then plan the next batch; its id, or None when caught up (the rest of the run is skipped).
+    Takes the lane's lease for `owner` (the DAG run); LaneBusy (retried) while another runner holds it."""
     _prepare("plan")
     from eosbatch import steps
 
     with _terminal_fails_for_good("plan"):
-        batch = steps.plan(pipeline, _log)
+        batch = steps.plan(pipeline, _log, owner)
+        if batch is None:
+            _release(pipeline, owner)
     if batch is None:
         _log(f"{pipeline}: caught up, nothing to plan")
         return None
     return batch.id
 
 
-def process(pipeline: str, batch_id: int) -> None:
+def process(pipeline: str, batch_id: int, owner: str | None = None) -> None:
     _prepare("process")
     from eosbatch import steps
 
-    with _terminal_fails_for_good("process"):
+    with _terminal_fails_for_good("process"), _lease_held(pipeline, owner, heartbeat=True):
         steps.process(pipeline, batch_id, _log)
 
 
-def commit(pipeline: str, batch_id: int) -> dict[str, Any]:
+def commit(pipeline: str, batch_id: int, owner: str | None = None) -> dict[str, Any]:
     _prepare("commit")
     from eosbatch import steps
 
-    with _terminal_fails_for_good("commit"):
+    with _terminal_fails_for_good("commit"), _lease_held(pipeline, owner):
         batch = steps.commit(pipeline, batch_id, _log)
     return {"batch": batch.id, "state": batch.state, "records_read": batch.records_read,
             "sink_rows": batch.sink_rows, "dead_letters": batch.dead_letters, "output_records": batch.outbox_records,
             "commit_seq": batch.commit_seq}
 
 
-def publish(pipeline: str, batch_id: int) -> int | None:
+def publish(pipeline: str, batch_id: int, owner: str | None = None) -> int | None:
     _prepare("publish")
     from eosbatch import steps
 
-    with _terminal_fails_for_good("publish"):
+    with _terminal_fails_for_good("publish"), _lease_held(pipeline, owner, heartbeat=True):
         return steps.publish_to_kafka(pipeline, batch_id, _log)
 
 
-def finalize(pipeline: str, batch_id: int, produced: int | None) -> str:
+def finalize(pipeline: str, batch_id: int, produced: int | None, owner: str | None = None) -> str:
+    """Mark the batch published; the run is done, so the lane's lease is released for the next runner."""
     _prepare("finalize")
     from eosbatch import steps
 
     with _terminal_fails_for_good("finalize"):
-        return steps.finalize(pipeline, batch_id, produced, _log).state
+        state = steps.finalize(pipeline, batch_id, produced, _log).state
+        _release(pipeline, owner)
+    return state
 
 
-def abort(pipeline: str, batch_id: int | None, run_id: str) -> list[int]:
+def abort(pipeline: str, batch_id: int | None, run_id: str, owner: str | None = None) -> list[int]:
     """Abort the run's batch if it is still abortable (planned/staged); a committed batch rolls forward
-    in the next run instead. Nothing planned: nothing to do."""
+    in the next run instead. Nothing planned: nothing to do. The run ends here: its lease is released."""
     if batch_id is None:
         _log(f"{pipeline}: no batch was planned in this run; nothing to abort")
         return []
@@ -98,8 +142,10 @@ def abort(pipeline: str, batch_id: int | None, run_id: str) -> list[int]:
     from eosbatch import steps
 
     with _terminal_fails_for_good("abort"):
-        return steps.abort(pipeline, batch_id, reason=f"aborted by Airflow: a task of run {run_id} failed",
-                           log=_log)
+        aborted = steps.abort(pipeline, batch_id, reason=f"aborted by Airflow: a task of run {run_id} failed",
+                              log=_log)
+        _release(pipeline, owner)
+    return aborted
 
 
 # ---------------------------------------------------------------- backfill and replay

@@ -175,3 +175,18 @@ def test_default_log_folder_needs_no_stack() -> None:
     assert default_log_dir({"EOSBATCH_HOME": "/srv/eos"}) == "/srv/eos/logs"
     assert default_log_dir({"XDG_STATE_HOME": "/state"}) == "/state/eosbatch/logs"
     assert default_log_dir({}).endswith("/.local/state/eosbatch/logs")
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "0.5", "-5", "nan", "inf", "1e999"])
+def test_lease_seconds_is_validated_naming_the_field(raw: str) -> None:
+    from eosbatch.config import LEASE_SECONDS
+
+    error = failure(env(**{LEASE_SECONDS: raw}))
+    assert error.field == LEASE_SECONDS and raw in str(error)
+
+
+def test_lease_seconds_default_and_value() -> None:
+    from eosbatch.config import DEFAULT_LEASE_SECONDS, LEASE_SECONDS
+
+    assert load(env()).lease_seconds == DEFAULT_LEASE_SECONDS == 60
+    assert load(env(**{LEASE_SECONDS: " 5 "})).lease_seconds == 5
