@@ -75,14 +75,16 @@ def upgrade() -> None:
 def downgrade() -> None:
     # The old schema knows one incarnation per partition: keep the current one's coverage; the earlier
     # incarnations' ranges (a deleted topic's, or a log that went back) cannot be told apart there.
-    op.execute("""
-        DELETE FROM eosbatch.committed_ranges c USING eosbatch.partition_offsets o
-         WHERE o.pipeline = c.pipeline AND o.topic = c.topic AND o.partition = c.partition
-           AND c.incarnation <> o.incarnation""")
-    op.execute("""
-        DELETE FROM eosbatch.dead_letters d USING eosbatch.partition_offsets o
-         WHERE o.pipeline = d.pipeline AND o.topic = d.topic AND o.partition = d.partition
-           AND d.incarnation <> o.incarnation""")
+    # A partition the ledger no longer tracks keeps its newest incarnation.
+    for table in ("committed_ranges", "dead_letters"):
+        op.execute(f"""
+            DELETE FROM eosbatch.{table} c
+             WHERE c.incarnation <> COALESCE(
+                   (SELECT o.incarnation FROM eosbatch.partition_offsets o
+                     WHERE o.pipeline = c.pipeline AND o.topic = c.topic AND o.partition = c.partition),
+                   (SELECT max(k.incarnation) FROM eosbatch.{table} k
+                     WHERE k.pipeline = c.pipeline AND k.topic = c.topic AND k.partition = c.partition))
+            """)  # noqa: S608 - constant table names
     op.execute("ALTER TABLE eosbatch.dead_letters DROP CONSTRAINT dead_letters_position")
     op.execute('ALTER TABLE eosbatch.dead_letters ADD CONSTRAINT dead_letters_pipeline_topic_partition_offset_key '
                'UNIQUE (pipeline, topic, partition, "offset")')
