@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import datetime
 from types import TracebackType
 
-from eosbatch import config
+from eosbatch import config, pids
 from eosbatch.exceptions import EosbatchError
 from eosbatch.ledger import store
 from eosbatch.ledger.exceptions import LaneBusy, LaneLost
@@ -36,20 +36,6 @@ def runner_id() -> str:
     return rules.cli_owner(socket.gethostname(), os.getpid(), _TOKEN)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (dead, not yet reaped by its parent) still answers kill(0)
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return True
-
-
 def _when(lease: Lease, now: datetime) -> str:
     expires = lease.expires_at.isoformat(timespec="seconds") if lease.expires_at else "?"
     return f"until {expires} (in {rules.remaining(lease, now).total_seconds():.0f} s)"
@@ -62,7 +48,7 @@ def acquire(cur: store.Cursor, settings: config.Settings, pipeline: str, in_lane
     lease, now = store.read_lease(cur, pipeline, in_lane)
     holder = rules.parse_cli_owner(lease.owner)
     here = socket.gethostname()
-    asked = _pid_alive(holder.pid) if holder is not None and holder.host == here else None
+    asked = pids.alive(holder.pid) if holder is not None and holder.host == here else None
     gone = rules.holder_gone(lease.owner, here, os.getpid(), asked)
     ended = rules.superseded(lease.owner, owner)
     decision = rules.decide(lease, owner, now, gone or ended)

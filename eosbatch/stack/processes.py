@@ -8,6 +8,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from eosbatch.pids import alive
+
+__all__ = ["alive", "read_pid", "spawn", "stop", "tail"]
+
 
 def read_pid(pid_file: Path) -> int | None:
     try:
@@ -15,21 +19,6 @@ def read_pid(pid_file: Path) -> int | None:
     except (FileNotFoundError, ValueError):
         return None
     return pid if alive(pid) else None
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0); it is gone for our purposes.
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def spawn(command: list[str], log: Path, pid_file: Path, env: dict[str, str] | None = None) -> int:
