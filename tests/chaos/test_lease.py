@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from eosbatch.cli import EXIT_TERMINAL, EXIT_TRANSIENT
+from eosbatch.cli import EXIT_FENCED, EXIT_TRANSIENT
 from eosbatch.ledger import store
 from tests.chaos.airflow_run import BUSY, CAUGHT_UP
 from tests.scenario import ROOT, Scenario
@@ -179,8 +179,8 @@ def test_a_holder_frozen_past_its_lease_is_taken_over_and_fenced_when_it_wakes(s
     finally:
         os.killpg(holder.pid, signal.SIGCONT)
     out, err = holder.communicate(timeout=DEADLINE)
-    assert holder.returncode == EXIT_TERMINAL, (out, err[-3000:])
+    assert holder.returncode == EXIT_FENCED, (out, err[-3000:])  # LaneLost is a way of being fenced
     last = err.strip().splitlines()[-1]
-    assert last.startswith("eosbatch: LaneLost: ") and "lost the regular lane" in last, err[-3000:]
+    assert last.startswith("eosbatch: fenced: ") and "lost the regular lane" in last, err[-3000:]
     assert scenario.states() == ["aborted", "published"]  # the woken holder wrote nothing more
     scenario.assert_exactly_once()
