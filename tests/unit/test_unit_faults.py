@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
 from eosbatch import faults
+from tests.chaos import control
+from tests.chaos.control import wait_until
 
 pytestmark = pytest.mark.unit
 SCRIPT = ("from eosbatch import faults\n"
@@ -28,3 +32,54 @@ def test_fault_point_dies_on_the_pass_asked_for(fault, passes, code):
     assert done.returncode == code
     assert done.stdout.count("pass") == passes
     assert ("survived" in done.stdout) == (code == 0)
+
+
+def test_both_actions_record_that_the_fault_fired(tmp_path):
+    fired = tmp_path / "fired"
+    done = subprocess.run([sys.executable, "-c", SCRIPT], env={faults.FAULT: "commit.after_commit@2",
+                                                              faults.FIRED: str(fired)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == faults.EXIT_CODE
+    [(point, pid)] = control.fired(fired)
+    assert point == "commit.after_commit" and pid > 0
+
+
+def test_stop_freezes_the_process_at_the_point_until_sigcont(tmp_path):
+    """`:stop` records the point, then SIGSTOPs itself: the test finds it stopped exactly there (one pass
+    printed, not two), and after SIGCONT it carries on as if nothing happened."""
+    fired = tmp_path / "fired"
+    process = subprocess.Popen([sys.executable, "-c", SCRIPT], env={faults.FAULT: "commit.after_commit:stop",
+                                                                    faults.FIRED: str(fired)},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pid = wait_until(lambda: dict(control.fired(fired)).get("commit.after_commit"), 30, "the fault to fire")
+        assert pid == process.pid
+        wait_until(lambda: control.state(pid) == "T", 30, "the process to stop")
+        os.kill(pid, signal.SIGCONT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert out.split("\n")[:4] == ["pass 1", "pass 2", "pass 3", "survived"]
+    assert "commit.after_commit: pid" in err and "resumed" in err
+    assert control.fired(fired) == [("commit.after_commit", pid)]  # it fires once, on the pass asked for
+
+
+def test_no_fired_file_no_record_and_other_points_do_not_act(tmp_path):
+    done = subprocess.run([sys.executable, "-c", SCRIPT], env={faults.FAULT: "publish.mid_produce:stop"},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "survived" in done.stdout
+
+
+@pytest.mark.parametrize("value", ["commit.after_commit:pause", "commit.after_commit@0", "commit.after_commit@x",
+                                   ":stop"])
+def test_a_malformed_fault_is_refused_not_ignored(value):
+    with pytest.raises(ValueError, match="EOSBATCH_FAULT"):
+        faults.parse(value)
+
+
+def test_parse():
+    assert faults.parse("") is None
+    assert faults.parse("process.mid_staging") == faults.Fault("process.mid_staging", 1, "die")
+    assert faults.parse("commit.after_commit@3:stop") == faults.Fault("commit.after_commit", 3, "stop")
