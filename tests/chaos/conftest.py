@@ -35,9 +35,10 @@ class Runners:
         self.folder = folder
         self.started: list[Runner] = []
 
-    def start(self, scenario: Scenario, *args: str, fault: str | None = None, name: str = "runner") -> Runner:
-        runner = Runner([*args] if args else ["run", scenario.pipeline], scenario.env(fault), self.folder,
-                        f"{name}{len(self.started)}")
+    def start(self, scenario: Scenario, *args: str, fault: str | None = None, name: str = "runner",
+              env: dict[str, str] | None = None) -> Runner:
+        runner = Runner([*args] if args else ["run", scenario.pipeline], {**scenario.env(fault), **(env or {})},
+                        self.folder, f"{name}{len(self.started)}")
         self.started.append(runner)
         return runner
 

@@ -122,6 +122,18 @@ class Runner:
     def resume(self, pid: int) -> None:
         os.kill(pid, signal.SIGCONT)
 
+    def freeze(self) -> None:
+        """SIGSTOP the whole runner (the CLI with its lease heartbeat, spark-submit and its workers), as a paused
+        VM or a machine that stops answering would: its lease is no longer renewed."""
+        for pid in session(self.pid):
+            os.kill(pid, signal.SIGSTOP)
+        wait_until(lambda: all(state(pid) in ("T", None) for pid in session(self.pid)), 30,
+                   f"{self.name} to be frozen")
+
+    def thaw(self) -> None:
+        for pid in session(self.pid):
+            os.kill(pid, signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL the runner and everything it started (a crash of the machine running it, as far as this
         pipeline can tell). Stopped processes die from SIGKILL too."""

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from eosbatch.ledger import store
-from tests.chaos.control import ROOT, end_exactly_once
+from tests.chaos.control import ROOT, end_exactly_once, wait_until
 from tests.scenario import Scenario
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
@@ -46,6 +46,20 @@ def _cmdline(pid: int) -> str:
 def _epoch(settings, pipeline: str) -> int:
     with store.transaction(settings) as cur:
         return store.lock_pipeline(cur, pipeline)
+
+
+LEASE_SECONDS = 4  # the frozen-runner tests' lease: a frozen holder's lane is free again after it
+
+
+def _wait_for_lease_expiry(settings, pipeline: str) -> None:
+    def expired() -> bool:
+        with store.transaction(settings) as cur:
+            cur.execute("SELECT expires_at < clock_timestamp() FROM eosbatch.lane_leases WHERE pipeline = %s "
+                        "AND lane = 'regular'", (pipeline,))
+            row = cur.fetchone()
+        return row is None or bool(row[0])
+
+    wait_until(expired, 60, f"the frozen runner's lease of {pipeline} to expire", interval=0.5)
 
 
 def dag_retry(scenario: Scenario, batch_id: int, task: str) -> list[dict[str, Any]]:
@@ -139,14 +153,17 @@ def test_frozen_runner_resumed_after_a_second_runner_took_over(settings, unique,
     init_transactions() on the lane (which would fence the live producer and fail its commit). Then the live
     runner finishes, and nothing is written twice."""
     scenario = Scenario(settings, unique, "totals", records=RECORDS, batch=BATCH)
-    zombie = runners.start(scenario, fault=f"{point}:stop", name="zombie")
-    frozen = zombie.stopped_at(point)
+    short = {"EOSBATCH_LEASE_SECONDS": str(LEASE_SECONDS)}
+    zombie = runners.start(scenario, fault=f"{point}:stop", name="zombie", env=short)
+    zombie.stopped_at(point)
+    zombie.freeze()  # all of it, its lease heartbeat too: a runner that stopped answering
     assert scenario.states() == [left]
-    live = runners.start(scenario, fault="publish.mid_produce:stop", name="live")
+    _wait_for_lease_expiry(settings, scenario.pipeline)
+    live = runners.start(scenario, fault="publish.mid_produce:stop", name="live", env=short)
     live_frozen = live.stopped_at("publish.mid_produce")
     epoch = _epoch(settings, scenario.pipeline)
 
-    zombie.resume(frozen)
+    zombie.thaw()
     zombie_code = zombie.wait()
     epoch_after_zombie = _epoch(settings, scenario.pipeline)
     live.resume(live_frozen)
