@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"version={info.versions['kafka']}")
                 print(f"postgres: {info.database_url} pid={info.postgres_pid or 'stopped'} "
                       f"version={info.versions['postgres']}")
-                print(f"pyspark:  {info.versions['pyspark']}")
+                print(f"spark:    {info.spark_remote} pid={info.spark_connect_pid or 'stopped'} "
+                      f"(Spark Connect, pyspark {info.versions['pyspark']})")
         elif args.command == "db":
             if args.action == "upgrade":
                 print(f"ledger at revision {commands.db_upgrade(args.revision or 'head')}")

@@ -13,6 +13,8 @@ DATABASE_URL = "EOSBATCH_DATABASE_URL"
 KAFKA_BOOTSTRAP = "EOSBATCH_KAFKA_BOOTSTRAP"
 KAFKA_CONFIG = "EOSBATCH_KAFKA_CONFIG"
 SPARK_MASTER = "EOSBATCH_SPARK_MASTER"
+SPARK_REMOTE = "EOSBATCH_SPARK_REMOTE"  # sc://host:port of a Spark Connect server: the long-lived engine
+SPARK_JARS = "EOSBATCH_SPARK_JARS"      # the Kafka connector jars for spark-submit (comma-separated paths)
 PIPELINES = "EOSBATCH_PIPELINES"
 MARKER_RETENTION = "EOSBATCH_MARKER_RETENTION_MINUTES"
 TRANSACTION_TIMEOUT = "EOSBATCH_TRANSACTION_TIMEOUT_MS"
@@ -48,6 +50,8 @@ class Settings(NamedTuple):
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S  # first contact with Kafka or PostgreSQL
     log_dir: str = ""  # librdkafka's own log; "" = default_log_dir()
     lease_seconds: float = DEFAULT_LEASE_SECONDS  # a lane's lease: renewed every third of it, taken after it
+    spark_remote: str = ""  # a Spark Connect URL: batches run there; "" = spark-submit on spark_master
+    spark_jars: tuple[str, ...] = ()  # spark-submit's --jars (a Connect server has its own, from its start)
 
     def kafka(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings for a client: bootstrap + the user's extra config + the caller's needs."""
@@ -140,7 +144,30 @@ def load(env: dict[str, str] | None = None) -> Settings:
     master = env.get(SPARK_MASTER, "").strip() or "local[2]"
     log_dir = env.get(LOG_DIR, "").strip() or default_log_dir(env)
     return Settings(url, bootstrap, extra, master, _transaction_timeout(env), connect_timeout_s(env), log_dir,
-                    _lease_seconds(env.get(LEASE_SECONDS, "").strip()))
+                    _lease_seconds(env.get(LEASE_SECONDS, "").strip()), _spark_remote(env.get(SPARK_REMOTE, "")),
+                    _spark_jars(env.get(SPARK_JARS, "")))
+
+
+def _spark_remote(raw: str) -> str:
+    """`sc://host:port[/;param=value...]`, or "" (spark-submit)."""
+    raw = raw.strip()
+    if not raw:
+        return ""
+    parts = urlsplit(raw)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "sc" or not parts.hostname or port is None:
+        raise ConfigError(SPARK_REMOTE, f"expected a Spark Connect URL sc://host:port, got {raw!r}")
+    return raw
+
+
+def _spark_jars(raw: str) -> tuple[str, ...]:
+    jars = tuple(j.strip() for j in raw.split(",") if j.strip())
+    if missing := [j for j in jars if "://" not in j and not os.path.isfile(j)]:
+        raise ConfigError(SPARK_JARS, f"no such file: {missing[0]}")
+    return jars
 
 
 def _lease_seconds(raw: str) -> float:

@@ -10,6 +10,9 @@ process):
 With `EOSBATCH_FAULT_FIRED=<file>`, a point that acts first appends "<point> <pid>" to that file, for both
 actions: a test asserts that its fault really fired (a moved or renamed point cannot pass by accident), and
 learns which process to resume or kill (a Spark executor's Python worker is not the runner).
+
+Executors do not share the runner's environment (a Spark Connect server started them long before), so a
+point inside a Spark task reads the fault the driver `carried()` into the task's closure instead.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from typing import NamedTuple
 
 FAULT = "EOSBATCH_FAULT"
@@ -58,10 +62,20 @@ def parse(value: str) -> Fault | None:
 _hits: dict[str, int] = {}
 
 
-def point(name: str) -> None:
+def carried(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The fault settings of this (driver) process, to travel with a batch into its Spark tasks."""
+    env = os.environ if env is None else env
+    return {key: env[key] for key in (FAULT, FIRED) if env.get(key)}
+
+
+def point(name: str, env: Mapping[str, str] | None = None) -> None:
     """Act here if EOSBATCH_FAULT names this point: `<point>` on its first pass, `<point>@N` on the Nth
-    pass in this process (a backfill killed halfway, after some batches finished)."""
-    raw = os.environ.get(FAULT, "")
+    pass in this process (a backfill killed halfway, after some batches finished).
+
+    `env` is a carried fault (a Spark task): there every task is a pass of its own, in one of several
+    worker processes, so only the first to claim the point acts (a claim file next to the fired file)."""
+    found = os.environ if env is None else env
+    raw = found.get(FAULT, "")
     if raw.partition(":")[0].partition("@")[0] != name:
         return  # the common case, and another point's malformed value is not this point's business
     fault = parse(raw)
@@ -69,18 +83,31 @@ def point(name: str) -> None:
     _hits[name] = _hits.get(name, 0) + 1
     if _hits[name] != fault.nth:  # once only: a resumed process passes the point again freely
         return
+    if env is not None and not _claim(name, env.get(FIRED)):
+        return
     where = name if fault.nth == 1 else f"{name} (pass {_hits[name]})"
-    record(name)
+    record(name, env)
     if fault.action == "stop":
         stop(where)
     else:
         die(where)
 
 
-def record(name: str) -> None:
+def _claim(name: str, fired: str | None) -> bool:
+    """True for the first claimant of a carried point (O_EXCL), or always without a fired file."""
+    if not fired:
+        return True
+    try:
+        os.close(os.open(f"{fired}.{name}.claim", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        return False
+    return True
+
+
+def record(name: str, env: Mapping[str, str] | None = None) -> None:
     """Append "<point> <pid>" to the EOSBATCH_FAULT_FIRED file: one O_APPEND write, so concurrent writers
     (Spark tasks, two runners) never interleave within a line."""
-    path = os.environ.get(FIRED)
+    path = (os.environ if env is None else env).get(FIRED)
     if not path:
         return
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

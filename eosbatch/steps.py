@@ -7,23 +7,16 @@ safe to re-run: it reads the batch's state first and does only what is left.
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
-import sys
-import tempfile
-import zipfile
 from collections.abc import Callable, Iterator
-from importlib.util import find_spec
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import psycopg2
 import psycopg2.errors
 import psycopg2.extras
 
-from eosbatch import config, faults, registry
+from eosbatch import config, engine, faults, registry
 from eosbatch import lease as leases
-from eosbatch.exceptions import EosbatchError, Fenced, TerminalError, TransientError
+from eosbatch.exceptions import EosbatchError, Fenced, TerminalError
 from eosbatch.kafka import marker, offsets
 from eosbatch.kafka.exceptions import MarkerExpired
 from eosbatch.kafka.publisher import Headers, TransactionalPublisher
@@ -155,99 +148,28 @@ def starting_offsets(pipeline: Pipeline, bounds: dict[Any, plan_ranges.Partition
 
 # ---------------------------------------------------------------- process (Spark)
 
-class SparkRun(NamedTuple):
-    command: list[str]
-    env: dict[str, str]
-    log: Path
-
-
-def _py_files(pipeline_modules: list[str], folder: Path) -> Path:
-    """A zip of the eosbatch package and the pipeline modules' top-level packages, for the executors."""
-    archive = folder / "eosbatch-app.zip"
-    roots = {Path(__file__).resolve().parent}
-    for module in pipeline_modules:
-        spec = find_spec(module.split(".")[0])
-        if spec is not None and spec.origin:
-            origin = Path(spec.origin)
-            roots.add(origin.parent if origin.name == "__init__.py" else origin)
-    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
-        for root in roots:
-            files = [root] if root.is_file() else [p for p in root.rglob("*.py")]
-            for path in files:
-                zf.write(path, path.relative_to(root.parent))
-    return archive
-
-
-def spark_submit(app: str, args: list[str], settings: config.Settings, log_name: str) -> SparkRun:
-    """The spark-submit command of one of spark_apps/ with the connector jars and the pipelines' code."""
-    import pyspark
-
-    from eosbatch import stack
-
-    logs = stack.home() / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="eosbatch-submit-"))
-    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    path = Path(__file__).resolve().parents[1] / "spark_apps" / app
-    jars = ",".join(str(j) for j in stack.connector_jars())
-    command = [str(submit), "--master", settings.spark_master, "--jars", jars,
-               "--py-files", str(_py_files(registry.modules(), work)),
-               "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.memory=2g",
-               str(path), *args]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    if settings.spark_master.startswith("local"):
-        env["SPARK_LOCAL_IP"] = "127.0.0.1"  # keep a local run's traffic on loopback
-    return SparkRun(command, env, logs / f"{log_name}.log")
-
-
-def run_spark_app(app: str, args: list[str], settings: config.Settings, log_name: str) -> None:
-    """Run one of spark_apps/ to its end; its failure is an eosbatch error naming the log."""
-    run = spark_submit(app, args, settings, log_name)
-    with run.log.open("ab") as out:
-        done = subprocess.run(run.command, env=run.env, stdout=out, stderr=subprocess.STDOUT, check=False)
-    if done.returncode != 0:
-        reason = _last_line(run.log, "eosbatch: ") or f"spark-submit exited {done.returncode}"
-        error = _failure_kind(done.returncode)
-        raise error(f"{app}: {reason} (log: {run.log})")
-
-
 def process(pipeline_name: str, batch_id: int, log: Log = _quiet) -> None:
-    """Run the Spark app for a planned batch with spark-submit; it stages the rows and marks the batch staged."""
+    """Stage a planned batch on the Spark engine (eosbatch.engine); it marks the batch staged."""
     settings = config.load()
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id)
     if batch.state != "planned":
         log(f"batch {batch_id}: already {batch.state}; nothing to process")
         return
-    run = spark_submit("process_batch.py", [pipeline_name, str(batch_id)], settings,
-                       f"{pipeline_name}-batch-{batch_id}")
-    with run.log.open("ab") as out:
-        done = subprocess.run(run.command, env=run.env, stdout=out, stderr=subprocess.STDOUT, check=False)
-    if done.returncode == 0:
-        log(_last_line(run.log, "batch "))
-        return
-    if done.returncode == faults.EXIT_CODE:
-        faults.die("process (the Spark driver was killed by a fault)")  # the runner dies with it
-    with store.transaction(settings) as cur:
-        now = store.get_batch(cur, batch_id)
-    if now.state == "staged":
+    try:
+        counts = engine.process(settings, pipeline_name, batch_id, log)
+    except EosbatchError:
+        with store.transaction(settings) as cur:
+            now = store.get_batch(cur, batch_id)
+        if now.state != "staged":
+            raise
         # Another driver of this batch (a task retried while the killed task's driver lived on) staged it
         # first; its rows and writers are recorded (the commit still checks the epoch): done, not failed.
         log(f"batch {batch_id}: staged by another attempt while this one ran; nothing more to process")
         return
-    reason = _last_line(run.log, "eosbatch: ") or f"spark-submit exited {done.returncode}"
-    error = _failure_kind(done.returncode)
-    raise error(f"process: {reason} (log: {run.log})")
-
-
-def _failure_kind(returncode: int) -> type[EosbatchError]:
-    """The kind of a Spark app's failure from its exit code (spark_apps/: 2 terminal, 4 fenced, else transient)."""
-    return {2: TerminalError, 4: Fenced}.get(returncode, TransientError)
-
-
-def _last_line(path: Path, prefix: str) -> str:
-    lines = [line for line in path.read_text(errors="replace").splitlines() if line.startswith(prefix)]
-    return lines[-1] if lines else ""
+    if counts is not None and engine.kind(settings) == "submit":  # a Connect driver logged it here already
+        log(f"batch {batch_id}: read {counts['records_read']} records, staged {counts['sink_rows_staged']} rows "
+            f"and {counts['dead_letters']} dead letters")
 
 
 # ---------------------------------------------------------------- commit

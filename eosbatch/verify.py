@@ -280,16 +280,10 @@ def _sink_vs_output(settings: Settings, pipeline: Any, records: list[Record]) ->
 
 
 def _sink_vs_input(settings: Settings, pipeline: Any) -> list[Finding]:
-    """Run the pipeline's transform over the committed input on Spark (spark_apps/recompute.py) and compare."""
-    import tempfile
-    from pathlib import Path
+    """Run the pipeline's transform over the committed input on Spark (eosbatch.spark.recompute) and compare."""
+    from eosbatch import engine
 
-    from eosbatch import steps
-
-    with tempfile.TemporaryDirectory(prefix="eosbatch-verify-") as folder:
-        result = Path(folder) / "recomputed.json"
-        steps.run_spark_app("recompute.py", [pipeline.name, str(result)], settings, f"{pipeline.name}-verify")
-        recomputed = json.loads(result.read_text())
+    recomputed = engine.recompute(settings, pipeline.name)
     findings: list[Finding] = []
     columns: list[str] = recomputed["columns"] or list(pipeline.sink.key)
     sink = _sink_rows(settings, pipeline, columns)

@@ -1,6 +1,6 @@
-"""spark-submit entry point of the verifier's recompute: `recompute.py PIPELINE RESULT_JSON`.
+"""spark-submit entry point of the verifier's recompute: `recompute.py PIPELINE`.
 
-A thin shell over eosbatch.spark.recompute; exit codes as in eosbatch.spark.entry.
+A thin shell over eosbatch.spark.recompute; exit codes and the result file as in eosbatch.spark.entry.
 """
 
 import sys
@@ -9,4 +9,4 @@ from eosbatch.spark import entry
 from eosbatch.spark.recompute import recompute
 
 if __name__ == "__main__":
-    sys.exit(entry.main(recompute, "recompute.py PIPELINE RESULT_JSON", 2))
+    sys.exit(entry.main(recompute, "recompute.py PIPELINE", 1))

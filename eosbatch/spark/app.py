@@ -11,10 +11,11 @@ from eosbatch.exceptions import TerminalError
 from eosbatch.ledger import sinks, store
 from eosbatch.pipeline import Pipeline
 from eosbatch.spark import reader, schema
-from eosbatch.spark.staging import WriterResult, copy_partition
+from eosbatch.spark.staging import RESULT_SCHEMA, StageTarget, WriterResult, stage_partition
 
 
-def _session(master: str) -> Any:
+def classic_session(master: str) -> Any:
+    """A SparkSession of this process's own (the spark-submit engine's driver)."""
     from pyspark.sql import SparkSession
 
     return (SparkSession.builder.master(master).appName("eosbatch")
@@ -23,14 +24,21 @@ def _session(master: str) -> Any:
             .getOrCreate())
 
 
-def _dead_letter_row(row: Any) -> tuple[Any, ...] | None:
-    error = row[reader.ERROR_COLUMN]
-    if error is None:
-        return None
-    return (row["topic"], row["partition"], row["offset"], row["key"], row["value"], error)
-
-
 def process(pipeline_name: str, batch_id: int, log: Any = print) -> dict[str, int]:
+    """The spark-submit engine's driver: a session of its own for this one batch."""
+    settings = config.load()
+    spark = classic_session(settings.spark_master)
+    try:
+        return process_on(spark, pipeline_name, batch_id, log, faults.carried())
+    finally:
+        spark.stop()
+
+
+def process_on(spark: Any, pipeline_name: str, batch_id: int, log: Any, fault: dict[str, str]) -> dict[str, int]:
+    """Stage one planned batch on `spark` (a classic or a Spark Connect session) and mark it staged.
+
+    One Spark action: the dead letters and the transform's rows are staged by the two branches of one
+    union, and the records read are counted by an observation on the way; only tags and counts come back."""
     settings = config.load()
     pipeline: Pipeline = registry.get(pipeline_name)
     with store.transaction(settings) as cur:
@@ -39,37 +47,34 @@ def process(pipeline_name: str, batch_id: int, log: Any = print) -> dict[str, in
     if batch.state != "planned":
         raise TerminalError(f"batch {batch_id} is {batch.state}; only a planned batch can be processed")
     started = time.monotonic()
-    spark = _session(settings.spark_master)
     nonce = uuid.uuid4().hex[:12]  # this run's writers; a retried driver gets new tags
-    from pyspark import StorageLevel
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    raw = reader.read_ranges(spark, settings, list(batch.ranges))
-    parsed = reader.parse(raw, pipeline.source).persist(StorageLevel.MEMORY_AND_DISK)
+    parsed = reader.parse(reader.read_ranges(spark, settings, list(batch.ranges)), pipeline.source)
+    good_rows = Observation(f"eosbatch_good_{nonce}")
+    good = (parsed.where(F.col(reader.ERROR_COLUMN).isNull()).drop(reader.ERROR_COLUMN)
+            .observe(good_rows, F.count(F.lit(1)).alias("rows")))
+    result = pipeline.transform(good)
+    columns = schema.columns(result.schema)
+    names = [c.name for c in columns]
+    with store.transaction(settings) as cur:
+        sinks.ensure_tables(cur, pipeline, columns)
+        sink_target = StageTarget("sink", sinks.stage_copy_target(pipeline, names).as_string(cur.connection))
+    dead_target = StageTarget("dead_letters", "eosbatch.staged_dead_letters")
     dsn = settings.psycopg_dsn
-    try:
-        records_read = parsed.count()
-        # Only the malformed records cross into Python: the filter runs in the JVM (a Python pass over every
-        # record just to find the few bad ones took a third of the step).
-        dead = (parsed.where(F.col(reader.ERROR_COLUMN).isNotNull())
-                .select("topic", "partition", "offset", "key", "value", reader.ERROR_COLUMN).rdd
-                .mapPartitions(copy_partition(dsn, "eosbatch.staged_dead_letters", nonce, batch_id,
-                                              _dead_letter_row)).collect())
-        good = parsed.where(F.col(reader.ERROR_COLUMN).isNull()).drop(reader.ERROR_COLUMN)
-        result = pipeline.transform(good)
-        columns = schema.columns(result.schema)
-        with store.transaction(settings) as cur:
-            sinks.ensure_tables(cur, pipeline, columns)
-            names = [c.name for c in columns]
-            stage_sql = sinks.stage_copy_target(pipeline, names).as_string(cur.connection)
-        staged = result.rdd.mapPartitions(copy_partition(
-            dsn, stage_sql, nonce, batch_id, lambda row: tuple(row[n] for n in names))).collect()
-    finally:
-        parsed.unpersist()
-        spark.stop()
-    writers = {"sink": _counts(staged), "dead_letters": _counts(dead), "columns": names}
-    counts = {"records_read": records_read, "sink_rows_staged": sum(r.rows for r in staged),
-              "dead_letters": sum(r.rows for r in dead)}
+    dead = (parsed.where(F.col(reader.ERROR_COLUMN).isNotNull())
+            .select("topic", "partition", "offset", "key", "value", reader.ERROR_COLUMN))
+    staged = (dead.mapInArrow(stage_partition(dsn, dead_target, nonce, batch_id, fault), RESULT_SCHEMA)
+              .unionByName(result.mapInArrow(stage_partition(dsn, sink_target, nonce, batch_id, fault),
+                                              RESULT_SCHEMA))
+              .collect())
+    results = {kind: [WriterResult(r["writer"], r["rows"]) for r in staged if r["kind"] == kind]
+               for kind in ("sink", "dead_letters")}
+    dead_count = sum(r.rows for r in results["dead_letters"])
+    writers = {"sink": _counts(results["sink"]), "dead_letters": _counts(results["dead_letters"]), "columns": names}
+    counts = {"records_read": int(good_rows.get["rows"]) + dead_count,
+              "sink_rows_staged": sum(r.rows for r in results["sink"]), "dead_letters": dead_count}
     faults.point("process.before_staged")
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id, lock=True)

@@ -9,7 +9,6 @@ test and audit volumes, not for a whole history of billions of rows.
 
 from __future__ import annotations
 
-import json
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
@@ -30,8 +29,20 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def recompute(pipeline_name: str, result_path: str) -> None:
+def recompute(pipeline_name: str) -> dict[str, Any]:
+    """The spark-submit engine's driver: a session of its own."""
     from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.appName("eosbatch-verify").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    try:
+        return recompute_on(spark, pipeline_name)
+    finally:
+        spark.stop()
+
+
+def recompute_on(spark: Any, pipeline_name: str) -> dict[str, Any]:
+    """{"columns", "rows", "malformed", "records"} of the committed input, recomputed on `spark`."""
     from pyspark.sql import functions as F
 
     settings = config.load()
@@ -40,25 +51,18 @@ def recompute(pipeline_name: str, result_path: str) -> None:
         cur.execute("SELECT id FROM eosbatch.batches WHERE pipeline = %s AND state IN ('committed', 'published') "
                     "ORDER BY id", (pipeline.name,))
         batches = [store.get_batch(cur, row[0]) for row in cur.fetchall()]
-    spark = (SparkSession.builder.appName("eosbatch-verify").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "4").getOrCreate())
     rows: list[dict[str, Any]] = []
-    malformed: list[tuple[str, int, int]] = []
+    malformed: list[list[Any]] = []
     columns: list[str] = []
     records = 0
-    try:
-        for batch in batches:
-            if not claims_coverage(batch.kind):
-                continue  # a reprocess re-ran ranges that another batch committed: counted there
-            parsed = reader.parse(reader.read_ranges(spark, settings, list(batch.ranges)), pipeline.source).cache()
-            records += parsed.count()
-            malformed += [(r[0], r[1], r[2]) for r in parsed.where(F.col(reader.ERROR_COLUMN).isNotNull())
-                          .select("topic", "partition", "offset").collect()]
-            result = pipeline.transform(parsed.where(F.col(reader.ERROR_COLUMN).isNull()).drop(reader.ERROR_COLUMN))
-            columns = list(result.columns)
-            rows += [{c: _plain(v) for c, v in row.asDict().items()} for row in result.collect()]
-            parsed.unpersist()
-    finally:
-        spark.stop()
-    with open(result_path, "w") as out:
-        json.dump({"columns": columns, "rows": rows, "malformed": malformed, "records": records}, out)
+    for batch in batches:
+        if not claims_coverage(batch.kind):
+            continue  # a reprocess re-ran ranges that another batch committed: counted there
+        parsed = reader.parse(reader.read_ranges(spark, settings, list(batch.ranges)), pipeline.source)
+        records += parsed.count()
+        malformed += [[r[0], r[1], r[2]] for r in parsed.where(F.col(reader.ERROR_COLUMN).isNotNull())
+                      .select("topic", "partition", "offset").collect()]
+        result = pipeline.transform(parsed.where(F.col(reader.ERROR_COLUMN).isNull()).drop(reader.ERROR_COLUMN))
+        columns = list(result.columns)
+        rows += [{c: _plain(v) for c, v in row.asDict().items()} for row in result.collect()]
+    return {"columns": columns, "rows": rows, "malformed": malformed, "records": records}

@@ -8,17 +8,24 @@ empties it. Nothing is collected on the driver but the tags and counts.
 
 The tag is `<run nonce>:<task attempt id>`: Spark's task attempt id is unique within one application,
 while `attemptNumber` restarts at 0 in every stage attempt (two attempts of one partition could share it).
+
+Rows travel as Arrow record batches (`mapInArrow`: no RDD API, so it runs on Spark Connect too) and reach
+PostgreSQL as binary COPY, encoded by pgpq: no Python loop over rows, no text formatting and parsing.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterable, Iterator
-from datetime import date, datetime
-from decimal import Decimal
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from eosbatch import faults
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+Kind = Literal["sink", "dead_letters"]
+RESULT_SCHEMA = "kind string, writer string, rows long"  # what each staging task returns to the driver
 
 
 class WriterResult(NamedTuple):
@@ -26,60 +33,72 @@ class WriterResult(NamedTuple):
     rows: int
 
 
-def _text(value: Any) -> str:
-    """A value in PostgreSQL's COPY text format."""
-    if value is None:
-        return "\\N"
-    if isinstance(value, bool):
-        return "t" if value else "f"
-    if isinstance(value, (bytes, bytearray)):
-        return "\\\\x" + bytes(value).hex()
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, (int, float, Decimal)):
-        return str(value)
-    text = str(value)
-    if any(c in text for c in "\\\t\n\r"):
-        text = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-    return text
+class StageTarget(NamedTuple):
+    """Where one kind of row goes: the COPY target `table (batch, writer, columns...)` as SQL text."""
+    kind: Kind
+    copy_sql: str
 
 
 def writer_tag(nonce: str, task_attempt_id: int) -> str:
     return f"{nonce}:{task_attempt_id}"
 
 
-def copy_partition(dsn: str, table_sql: str, nonce: str, batch_id: int,
-                   to_row: Callable[[Any], tuple[Any, ...] | None]
-                   ) -> Callable[[Iterable[Any]], Iterator[WriterResult]]:
-    """A function for `rdd.mapPartitions`: COPY this partition's rows (those `to_row` keeps) into staging."""
+def with_tags(batch: pa.RecordBatch, batch_id: int, writer: str) -> pa.RecordBatch:
+    """The record batch with the staging table's two leading columns: the batch id and the writer tag."""
+    import pyarrow as pa
 
-    def write(rows: Iterable[Any]) -> Iterator[WriterResult]:
+    n = batch.num_rows
+    return pa.RecordBatch.from_arrays(
+        [pa.array([batch_id] * n, pa.int64()), pa.array([writer] * n, pa.string()), *batch.columns],
+        names=["_batch", "_writer", *batch.schema.names])
+
+
+def binary_copy(batches: Iterable[pa.RecordBatch], batch_id: int, writer: str) -> tuple[io.BytesIO, int]:
+    """PostgreSQL's binary COPY stream of these record batches (tags first); and the rows in it."""
+    from pgpq import ArrowToPostgresBinaryEncoder
+
+    buffer, encoder, rows = io.BytesIO(), None, 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        tagged = with_tags(batch, batch_id, writer)
+        if encoder is None:
+            encoder = ArrowToPostgresBinaryEncoder(tagged.schema)
+            buffer.write(encoder.write_header())
+        buffer.write(encoder.write_batch(tagged))
+        rows += batch.num_rows
+    if encoder is not None:
+        buffer.write(encoder.finish())
+    buffer.seek(0)
+    return buffer, rows
+
+
+def stage_partition(dsn: str, target: StageTarget, nonce: str, batch_id: int, fault: Mapping[str, str]
+                    ) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
+    """A function for `DataFrame.mapInArrow`: COPY this partition's rows into staging and return one row,
+    (kind, writer, rows). `fault` is the driver's fault setting (faults.carried): executors do not see the
+    runner's environment."""
+
+    def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import psycopg2
+        import pyarrow as pa
         from pyspark import TaskContext
 
         context = TaskContext.get()
-        assert context is not None, "copy_partition runs inside a Spark task"
-        partition, attempt = context.partitionId(), context.attemptNumber()
+        assert context is not None, "stage_partition runs inside a Spark task"
         writer = writer_tag(nonce, context.taskAttemptId())
-        prefix = f"{batch_id}\t{writer}\t"
-        buffer = io.StringIO()
-        written = 0
-        for row in rows:
-            values = to_row(row)
-            if values is None:
-                continue
-            buffer.write(prefix + "\t".join(map(_text, values)) + "\n")
-            written += 1
+        buffer, written = binary_copy(batches, batch_id, writer)
         if written:
-            buffer.seek(0)
             connection = psycopg2.connect(dsn, application_name="eosbatch-executor")
             try:
                 with connection, connection.cursor() as cursor:
-                    cursor.copy_expert(f"COPY {table_sql} FROM STDIN", buffer)
+                    cursor.copy_expert(f"COPY {target.copy_sql} FROM STDIN (FORMAT binary)", buffer)
             finally:
                 connection.close()
-        if attempt == 0 and partition == 0:
-            faults.point("process.mid_staging")  # rows are committed in staging; this attempt now dies
-        yield WriterResult(writer, written)
+            if target.kind == "sink" and context.attemptNumber() == 0:
+                faults.point("process.mid_staging", fault)  # rows are committed in staging; this attempt dies
+        yield pa.RecordBatch.from_pylist([{"kind": target.kind, "writer": writer, "rows": written}],
+                                         schema=pa.schema([("kind", pa.string()), ("writer", pa.string()),
+                                                           ("rows", pa.int64())]))
 
     return write

@@ -1,4 +1,5 @@
-"""The embedded local stack: a real Kafka broker, a real PostgreSQL cluster and the Spark Kafka connector jars.
+"""The embedded local stack: a real Kafka broker, a real PostgreSQL cluster, a Spark Connect server (the
+long-lived engine) and the Spark Kafka connector jars.
 
 All state lives under one folder (`EOSBATCH_HOME`, default `.eosbatch/` in the checkout).
 """
@@ -15,6 +16,7 @@ from eosbatch.stack import maven
 from eosbatch.stack.exceptions import StackError
 from eosbatch.stack.kafka import KafkaBroker
 from eosbatch.stack.postgres import PostgresCluster, find_bindir
+from eosbatch.stack.spark_connect import SparkConnectServer
 from eosbatch.stack.versions import KAFKA_VERSION, PYSPARK_VERSION, SPARK_KAFKA_CONNECTOR
 
 __all__ = ["StackError", "StackInfo", "up", "down", "status", "env", "home", "connector_jars"]
@@ -27,9 +29,13 @@ class StackInfo(NamedTuple):
     kafka_pid: int | None
     postgres_pid: int | None
     versions: dict[str, str]
+    spark_remote: str = ""
+    spark_connect_pid: int | None = None
+    spark_jars: tuple[str, ...] = ()
 
     def env(self) -> dict[str, str]:
-        return {config.DATABASE_URL: self.database_url, config.KAFKA_BOOTSTRAP: self.kafka_bootstrap}
+        return {config.DATABASE_URL: self.database_url, config.KAFKA_BOOTSTRAP: self.kafka_bootstrap,
+                config.SPARK_REMOTE: self.spark_remote, config.SPARK_JARS: ",".join(self.spark_jars)}
 
 
 def home() -> Path:
@@ -46,9 +52,10 @@ def _port(name: str, default: int) -> int:
     return int(raw)
 
 
-def _parts(root: Path) -> tuple[KafkaBroker, PostgresCluster]:
+def _parts(root: Path) -> tuple[KafkaBroker, PostgresCluster, SparkConnectServer]:
     return (KafkaBroker(root, _port("EOSBATCH_KAFKA_PORT", 19092)),
-            PostgresCluster(root, _port("EOSBATCH_POSTGRES_PORT", 15432)))
+            PostgresCluster(root, _port("EOSBATCH_POSTGRES_PORT", 15432)),
+            SparkConnectServer(root, _port("EOSBATCH_SPARK_CONNECT_PORT", 15002)))
 
 
 def connector_jars(root: Path | None = None) -> list[Path]:
@@ -74,33 +81,43 @@ def _artifact(file_name: str) -> str:
 
 
 def up(log=print) -> StackInfo:  # type: ignore[no-untyped-def]
-    """Install what is missing, start what is stopped, and return once both services are usable."""
+    """Install what is missing, start what is stopped, and return once every service is usable."""
     root = home()
     root.mkdir(parents=True, exist_ok=True)
-    kafka, postgres = _parts(root)
+    kafka, postgres, connect = _parts(root)
     started = time.monotonic()
     bindir = postgres.install()
     postgres.start(bindir)
     log(f"postgres: running on 127.0.0.1:{postgres.port} ({time.monotonic() - started:.1f}s)")
     jars = kafka.install(root / "cache")
     kafka.start(jars)
-    connector_jars(root)
+    connect.start(connector_jars(root))  # starts alongside the broker: both take a JVM's start
     postgres.wait_ready()
     kafka.wait_ready()
     log(f"kafka: ready on {kafka.bootstrap} ({time.monotonic() - started:.1f}s)")
+    connect.wait_ready()
+    log(f"spark-connect: ready on {connect.url} ({time.monotonic() - started:.1f}s)")
     return status()
 
 
 def down(log=print) -> None:  # type: ignore[no-untyped-def]
-    kafka, postgres = _parts(home())
+    kafka, postgres, connect = _parts(home())
+    log("spark-connect: stopped" if connect.stop() else "spark-connect: was not running")
     log("kafka: stopped" if kafka.stop() else "kafka: was not running")
     log("postgres: stopped" if postgres.stop(find_bindir()) else "postgres: was not running")
 
 
 def status() -> StackInfo:
     root = home()
-    kafka, postgres = _parts(root)
+    kafka, postgres, connect = _parts(root)
     bindir = find_bindir()
     versions = {"kafka": KAFKA_VERSION, "pyspark": PYSPARK_VERSION,
                 "postgres": postgres.version(bindir) if bindir else "not installed"}
-    return StackInfo(root, postgres.url, kafka.bootstrap, kafka.pid(), postgres.pid(), versions)
+    return StackInfo(root, postgres.url, kafka.bootstrap, kafka.pid(), postgres.pid(), versions, connect.url,
+                     connect.pid(), tuple(str(j) for j in resolved_connector_jars(root)))
+
+
+def resolved_connector_jars(root: Path) -> list[Path]:
+    """The connector jars once `up` fetched them (without asking Maven); [] before."""
+    folder = root / "cache" / f"spark-kafka-{PYSPARK_VERSION}"
+    return connector_jars(root) if (folder / maven.DONE).exists() else []

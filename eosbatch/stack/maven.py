@@ -9,7 +9,7 @@ from xml.sax.saxutils import escape
 
 from eosbatch.stack.exceptions import StackError
 
-_DONE = ".complete"
+DONE = ".complete"
 
 
 def _gav(coordinate: str) -> str:
@@ -42,7 +42,7 @@ def resolve(name: str, coordinates: list[str], cache: Path, log: Path, transitiv
     resolution exists because some poms (Spark's) declare extra repositories this machine cannot reach.
     """
     target = cache / name
-    if (target / _DONE).exists():
+    if (target / DONE).exists():
         return target
     if shutil.which("mvn") is None:
         raise StackError("maven: `mvn` is not on PATH (install the `maven` package)")
@@ -58,7 +58,7 @@ def resolve(name: str, coordinates: list[str], cache: Path, log: Path, transitiv
     if done.returncode != 0:
         raise StackError(f"maven: resolving {name} ({', '.join(coordinates)}) failed; see {log}")
     shutil.rmtree(work, ignore_errors=True)
-    (target / _DONE).write_text("\n".join(coordinates) + "\n")
+    (target / DONE).write_text("\n".join(coordinates) + "\n")
     return target
 
 

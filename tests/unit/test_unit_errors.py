@@ -10,6 +10,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from eosbatch import cli
 from eosbatch.config import DATABASE_URL, TRANSACTION_TIMEOUT
+from eosbatch.engine import submit
 from eosbatch.exceptions import ConfigError, Fenced, TerminalError, TransientError
 from eosbatch.kafka import errors as kafka_errors
 from eosbatch.kafka.exceptions import (
@@ -195,8 +196,7 @@ def test_the_cli_maps_what_escaped_the_boundary(capsys: pytest.CaptureFixture[st
 
 
 def test_a_spark_apps_exit_code_keeps_its_kind() -> None:
-    from eosbatch import steps
 
-    assert steps._failure_kind(2) is TerminalError
-    assert steps._failure_kind(4) is Fenced  # the Spark driver found its epoch stale: exit 4 at the CLI too
-    assert steps._failure_kind(3) is TransientError and steps._failure_kind(1) is TransientError
+    assert submit.failure_kind(2) is TerminalError
+    assert submit.failure_kind(4) is Fenced  # the Spark driver found its epoch stale: exit 4 at the CLI too
+    assert submit.failure_kind(3) is TransientError and submit.failure_kind(1) is TransientError

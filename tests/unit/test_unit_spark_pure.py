@@ -1,69 +1,50 @@
-"""The pure parts of the Spark side: COPY text encoding of staging rows and the connector's offset options."""
+"""The pure parts of the Spark side: binary COPY encoding of staging rows and the connector's offset options."""
 
 from __future__ import annotations
 
 import json
-import random
-from datetime import UTC, date, datetime
+import struct
+from datetime import UTC, datetime
 from decimal import Decimal
 
+import pyarrow as pa
 import pytest
 
 from eosbatch.exceptions import EosbatchError
 from eosbatch.protocol.ranges import OffsetRange
 from eosbatch.spark.reader import offsets_json
-from eosbatch.spark.staging import _text
+from eosbatch.spark.staging import binary_copy, with_tags
 
 pytestmark = pytest.mark.unit
 
-ESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
+def _batch(rows: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({
+        "id": pa.array(range(rows), pa.int64()), "name": pa.array([f"n\t{i}" for i in range(rows)], pa.string()),
+        "amount": pa.array([Decimal("1.50")] * rows, pa.decimal128(10, 2)),
+        "at": pa.array([datetime(2024, 1, 2, tzinfo=UTC)] * rows, pa.timestamp("us", tz="UTC")),
+        "raw": pa.array([b"\x00\xff"] * rows, pa.binary())})
 
 
-def decode(field: str) -> str | None:
-    """PostgreSQL's reading of one COPY text field (for the escapes _text writes)."""
-    if field == "\\N":
-        return None
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\":
-            out.append(ESCAPES[field[i + 1]])
-            i += 2
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
+def test_with_tags_puts_batch_id_and_writer_first() -> None:
+    tagged = with_tags(_batch(3), 42, "abc:7")
+    assert tagged.schema.names[:2] == ["_batch", "_writer"] and tagged.num_rows == 3
+    assert tagged.column(0).to_pylist() == [42] * 3 and tagged.column(1).to_pylist() == ["abc:7"] * 3
+    assert tagged.schema.names[2:] == _batch(0).schema.names
 
 
-def test_text_scalars() -> None:
-    assert _text(None) == "\\N"
-    assert (_text(True), _text(False)) == ("t", "f")  # bool before int: never 1/0
-    assert (_text(0), _text(-17), _text(1.5), _text(Decimal("10.50"))) == ("0", "-17", "1.5", "10.50")
-    assert _text(date(2024, 2, 29)) == "2024-02-29"
-    assert _text(datetime(2024, 1, 2, 3, 4, 5, 600, tzinfo=UTC)) == "2024-01-02T03:04:05.000600+00:00"
+def test_binary_copy_is_one_pgcopy_stream_of_every_row() -> None:
+    buffer, rows = binary_copy(iter([_batch(2), _batch(0), _batch(3)]), 1, "w:1")
+    data = buffer.getvalue()
+    assert rows == 5
+    assert data.startswith(b"PGCOPY\n\xff\r\n\x00")  # the binary COPY signature
+    assert data.endswith(b"\xff\xff")  # the trailer: a field count of -1
+    tuples = data.count(struct.pack(">h", 7))  # 7 fields per tuple (2 tags + 5 columns), as a 16-bit count
+    assert tuples >= 5
 
 
-def test_text_escapes_separators_and_backslashes() -> None:
-    assert _text("plain text") == "plain text"
-    assert _text("a\tb\nc\rd") == "a\\tb\\nc\\rd"
-    assert _text("C:\\dir") == "C:\\\\dir"
-    assert _text("\\N") == "\\\\N"  # the string \N is not NULL
-    assert _text("\\t") == "\\\\t"  # a backslash then t stays two characters
-
-
-def test_text_bytes_as_escaped_bytea_hex() -> None:
-    assert _text(b"\x00\xffA") == "\\\\x00ff41"
-    assert _text(bytearray(b"\x10")) == "\\\\x10"
-    assert decode(_text(b"\x00\xff")) == "\\x00ff"  # what bytea's input function then reads as hex
-
-
-def test_text_round_trips_random_strings_and_never_emits_raw_separators() -> None:
-    rng = random.Random(5)
-    alphabet = "ab\\\t\n\rN x\u00e9"
-    for _ in range(500):
-        value = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
-        encoded = _text(value)
-        assert not set(encoded) & {"\t", "\n", "\r"}, repr(value)
-        assert decode(encoded) == value, repr(value)
+def test_binary_copy_of_nothing_writes_nothing() -> None:
+    buffer, rows = binary_copy(iter([_batch(0)]), 1, "w:1")
+    assert rows == 0 and buffer.getvalue() == b""
 
 
 def test_offsets_json_builds_assign_starting_and_ending_offsets() -> None:

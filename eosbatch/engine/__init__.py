@@ -1,0 +1,52 @@
+"""Running a batch on Spark: the one place that knows how. Two engines behind two functions:
+
+- Spark Connect (`EOSBATCH_SPARK_REMOTE=sc://host:port`): a long-lived server; the batch's driver code runs
+  in this process as a Connect client, with no JVM of its own;
+- spark-submit (otherwise, on `EOSBATCH_SPARK_MASTER`): an application per batch, for clusters without Connect.
+
+Both run the same code (eosbatch.spark.app and .recompute) and report failures as eosbatch errors: a lost
+engine is transient, a transform that cannot run on the data is terminal.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from eosbatch import config, faults
+
+Engine = Literal["connect", "submit"]
+
+
+def kind(settings: config.Settings) -> Engine:
+    return "connect" if settings.spark_remote else "submit"
+
+
+def process(settings: config.Settings, pipeline_name: str, batch_id: int, log: Any) -> dict[str, int] | None:
+    """Stage a planned batch and mark it staged; the staged counts (None when the engine does not say)."""
+    if kind(settings) == "connect":
+        from eosbatch.engine import connect
+        from eosbatch.spark.app import process_on
+
+        counts: dict[str, int] = connect.run(settings, f"process batch {batch_id}", process_on, pipeline_name,
+                                             batch_id, log, faults.carried())
+        return counts
+    from eosbatch.engine import submit
+
+    value = submit.run("process_batch.py", [pipeline_name, str(batch_id)], settings,
+                       f"{pipeline_name}-batch-{batch_id}")
+    return value if isinstance(value, dict) else None
+
+
+def recompute(settings: config.Settings, pipeline_name: str) -> dict[str, Any]:
+    """The verifier's recompute of a pipeline's committed input (eosbatch.spark.recompute)."""
+    if kind(settings) == "connect":
+        from eosbatch.engine import connect
+        from eosbatch.spark.recompute import recompute_on
+
+        result: dict[str, Any] = connect.run(settings, f"verify {pipeline_name}", recompute_on, pipeline_name)
+        return result
+    from eosbatch.engine import submit
+
+    value = submit.run("recompute.py", [pipeline_name], settings, f"{pipeline_name}-verify")
+    assert isinstance(value, dict), "recompute.py returns its result"
+    return value

@@ -1,0 +1,38 @@
+"""Spark's errors (py4j, PySpark, Spark Connect's gRPC) mapped to eosbatch's terminal and transient errors
+where they enter, by class name, so that the mapping needs no Spark import (pure functions)."""
+
+from __future__ import annotations
+
+from eosbatch.engine.exceptions import EngineUnavailable, SparkJobFailed, TransformError
+from eosbatch.exceptions import EosbatchError
+
+# An analysis error is the pipeline's own (a column that does not exist, a type that does not fit): the same
+# code fails again on the same data. PySpark raises the same class names from a classic and a Connect session.
+_TERMINAL = frozenset({"AnalysisException", "ParseException", "IllegalArgumentException",
+                       "PySparkTypeError", "PySparkValueError", "UnsupportedOperationException"})
+# The engine itself is gone: the Connect server does not answer, the JVM behind py4j died.
+# (SparkConnectGrpcException is not one: every error of a Connect session derives from it, a task's too.)
+_UNAVAILABLE = frozenset({"RetriesExceeded", "Py4JNetworkError", "ConnectionRefusedError", "_InactiveRpcError"})
+_SESSION_GONE = ("UNAVAILABLE", "Connection refused", "failed to connect", "Socket closed",
+                 "INVALID_HANDLE", "SESSION_CLOSED", "NO_ACTIVE_SESSION", "Server is shutting down")
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0].strip()[:500] if text else type(exc).__name__
+
+
+def _names(exc: BaseException) -> set[str]:
+    return {cls.__name__ for cls in type(exc).__mro__}
+
+
+def map_spark_error(exc: BaseException, where: str) -> EosbatchError:
+    """The eosbatch error for an exception that came out of Spark while running `where`."""
+    if isinstance(exc, EosbatchError):
+        return exc
+    names, line = _names(exc), first_line(exc)
+    if names & _TERMINAL:
+        return TransformError(f"{where}: {type(exc).__name__}: {line}")
+    if names & _UNAVAILABLE or any(mark in str(exc) for mark in _SESSION_GONE):
+        return EngineUnavailable(f"{where}: the Spark engine is unavailable ({type(exc).__name__}: {line})")
+    return SparkJobFailed(f"{where}: {type(exc).__name__}: {line}")

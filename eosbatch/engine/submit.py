@@ -1,0 +1,91 @@
+"""The spark-submit engine: each batch is a Spark application of its own (a JVM, a SparkSession), for
+clusters without a Spark Connect server. Its driver reports through an exit code and a result file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from eosbatch import config, faults, registry
+from eosbatch.engine.exceptions import SparkJobFailed
+from eosbatch.exceptions import EosbatchError, Fenced, TerminalError, TransientError
+from eosbatch.spark.entry import EXIT_FENCED, EXIT_TERMINAL, RESULT_FILE
+
+APPS = Path(__file__).resolve().parents[2] / "spark_apps"
+
+
+class SparkRun(NamedTuple):
+    command: list[str]
+    env: dict[str, str]
+    log: Path
+    result: Path
+
+
+def code_archive(pipeline_modules: list[str], folder: Path) -> Path:
+    """A zip of the eosbatch package and the pipeline modules' top-level packages, for the executors."""
+    archive = folder / "eosbatch-app.zip"
+    roots = {Path(__file__).resolve().parents[1]}
+    for module in pipeline_modules:
+        spec = find_spec(module.split(".")[0])
+        if spec is not None and spec.origin:
+            origin = Path(spec.origin)
+            roots.add(origin.parent if origin.name == "__init__.py" else origin)
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for root in sorted(roots):
+            files = [root] if root.is_file() else sorted(root.rglob("*.py"))
+            for path in files:
+                zf.write(path, path.relative_to(root.parent))
+    return archive
+
+
+def command(app: str, args: list[str], settings: config.Settings, log_name: str) -> SparkRun:
+    """The spark-submit command of one of spark_apps/ with the connector jars and the pipelines' code."""
+    import pyspark
+
+    logs = Path(settings.log_dir)
+    logs.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="eosbatch-submit-"))
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    jars = ["--jars", ",".join(settings.spark_jars)] if settings.spark_jars else []
+    line = [str(submit), "--master", settings.spark_master, *jars,
+            "--py-files", str(code_archive(registry.modules(), work)),
+            "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.memory=2g",
+            str(APPS / app), *args]
+    result = work / "result.json"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           RESULT_FILE: str(result)}
+    if settings.spark_master.startswith("local"):
+        env["SPARK_LOCAL_IP"] = "127.0.0.1"  # keep a local run's traffic on loopback
+    return SparkRun(line, env, logs / f"{log_name}.log", result)
+
+
+def failure_kind(returncode: int) -> type[EosbatchError]:
+    """The kind of a Spark app's failure from its exit code (spark_apps/: 2 terminal, 4 fenced, else transient)."""
+    return {EXIT_TERMINAL: TerminalError, EXIT_FENCED: Fenced}.get(returncode, TransientError)
+
+
+def run(app: str, args: list[str], settings: config.Settings, log_name: str) -> Any:
+    """Run one of spark_apps/ to its end and return its work's value; a failure is an eosbatch error with
+    the app's one-line reason, naming the log."""
+    run = command(app, args, settings, log_name)
+    with run.log.open("ab") as out:
+        done = subprocess.run(run.command, env=run.env, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if done.returncode == faults.EXIT_CODE:
+        faults.die(f"{app} (the Spark driver was killed by a fault)")  # the runner dies with it
+    try:
+        result = json.loads(run.result.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        result = {"status": "transient", "message": f"spark-submit exited {done.returncode} without a result"}
+    finally:
+        run.result.unlink(missing_ok=True)
+    if done.returncode == 0 and result.get("status") == "done":
+        return result.get("value")
+    error = failure_kind(done.returncode) if done.returncode else SparkJobFailed
+    raise error(f"{app}: {result.get('message')} (log: {run.log})")

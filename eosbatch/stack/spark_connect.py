@@ -1,0 +1,69 @@
+"""A Spark Connect server (the long-lived engine) run from PySpark's own jars, with the Kafka connector."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+from eosbatch.stack import processes
+from eosbatch.stack.exceptions import StackError, StackNotReady
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+# local[2,3]: both cores of this machine, and 3 tries per task, as a cluster would retry a lost task.
+MASTER = "local[2,3]"
+
+
+class SparkConnectServer:
+    def __init__(self, home: Path, port: int, master: str = MASTER) -> None:
+        self.home = home / "spark-connect"
+        self.port = port
+        self.master = master
+        self.log = self.home / "spark-connect.log"
+        self.pid_file = self.home / "spark-connect.pid"
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+    def pid(self) -> int | None:
+        return processes.read_pid(self.pid_file)
+
+    def start(self, jars: list[Path]) -> None:
+        if self.pid() is not None:
+            return
+        import pyspark
+
+        self.home.mkdir(parents=True, exist_ok=True)
+        submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+        # Bound to loopback: a Connect server runs any code its clients send, and reaches the database.
+        command = [str(submit), "--class", SERVER_CLASS, "--name", "eosbatch-connect", "--master", self.master,
+                   "--jars", ",".join(map(str, jars)),
+                   "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+                   "--conf", f"spark.connect.grpc.binding.port={self.port}",
+                   "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.memory=2g",
+                   "--conf", "spark.sql.shuffle.partitions=4",
+                   "--conf", f"spark.local.dir={self.home / 'tmp'}"]
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+        for name in ("EOSBATCH_FAULT", "EOSBATCH_FAULT_FIRED"):  # faults travel with each batch, never here
+            env.pop(name, None)
+        processes.spawn(command, self.log, self.pid_file, env=env)
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Ready when its gRPC port accepts connections (it opens once the SparkContext is up)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.pid() is None:
+                raise StackError(f"spark-connect: the server exited during start; see {self.log}:\n"
+                                 f"{processes.tail(self.log)}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.5)
+        raise StackNotReady(f"spark-connect: not listening on {self.port} after {timeout:.0f}s; see {self.log}")
+
+    def stop(self) -> bool:
+        return processes.stop(self.pid_file, timeout=30)
