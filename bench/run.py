@@ -32,7 +32,7 @@ from confluent_kafka.admin import AdminClient
 from psycopg2 import sql
 
 from bench import PIPELINES_ENV
-from eosbatch import config, registry, stack, steps
+from eosbatch import config, engine, registry, stack, steps
 from eosbatch.config import Settings
 from eosbatch.ledger import migrate
 from examples.orders.generate import ensure_topics, generate
@@ -165,7 +165,7 @@ def run_pipeline(settings: Settings, run: Run, partitions: int, padding: int, pu
     print("\n" + _table(["commit statement, side by side (rolled back)", "records", "seconds", "records/s",
                          "vs upsert only", ""], [_row(t, durability[0]) for t in durability]) + "\n", flush=True)
     return generated, [Timing("plan", run.records, plan_s),
-                       Timing("process (spark-submit)", committed.records_read, process_s),
+                       Timing(f"process ({engine.kind(settings)})", committed.records_read, process_s),
                        Timing(f"commit ({committed.sink_rows:,} sink rows)", staged, commit_s),
                        Timing("publish + finalize", published.records, published.seconds)], published
 
@@ -267,6 +267,127 @@ def produce_ceiling(settings: Settings, n: int, partitions: int, padding: int, t
     return Timing("produce, not transactional", n, time.perf_counter() - started)
 
 
+# ---------------------------------------------------------------- the Structured Streaming peer, side by side
+
+def produce_orders(bootstrap: str, topic: str, n: int, seed: int = 0) -> None:
+    """N more orders in committed transactions (the tiny mode's input, for both sides)."""
+    generate(config.load({**os.environ, config.KAFKA_BOOTSTRAP: bootstrap}), topic=topic, records=n,
+             partitions=1, transaction_size=max(n, 1), abort_every=0, malformed_every=0,
+             value_padding=_padding(), seed=seed or int(time.time() * 1000) % 1_000_000)
+
+
+def _jdbc_jar() -> list[str]:
+    from eosbatch.stack import maven
+
+    cache = stack.home() / "cache"
+    folder = maven.resolve("postgresql-jdbc-42.7.7", ["org.postgresql:postgresql:42.7.7"], cache,
+                           cache / "maven.log", transitive=False)
+    return [str(j) for j in maven.jars(folder)]
+
+
+def run_peer(settings: Settings, args: list[str]) -> tuple[dict[str, Any], float]:
+    """spark-submit bench/peer.py with the same master, memory and jars as eosbatch's spark-submit engine;
+    its result and the wall time including its JVM's start."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+    from urllib.parse import urlsplit
+
+    import pyspark
+
+    url = urlsplit(settings.psycopg_dsn)
+    jdbc = f"jdbc:postgresql://{url.hostname}:{url.port}{url.path}?user={url.username}"
+    result = Path(tempfile.mkdtemp(prefix="bench-peer-")) / "result.json"
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    root = Path(__file__).resolve().parents[1]
+    command = [str(submit), "--master", "local[2]", "--conf", "spark.driver.memory=2g",
+               "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
+               "--jars", ",".join([*settings.spark_jars, *_jdbc_jar()]), str(root / "bench" / "peer.py"),
+               args[0], *args[1:5], str(result), *args[5:]]
+    env = {**os.environ, "PYTHONPATH": str(root), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+           "BENCH_PEER_DSN": settings.psycopg_dsn, "BENCH_PEER_JDBC": jdbc}
+    started = time.perf_counter()
+    log = stack.home() / "logs" / "bench-peer.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        done = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"the peer failed (exit {done.returncode}); see {log}")
+    return json.loads(result.read_text()), wall
+
+
+def compare_with_peer(settings: Settings, runs: list[Run], partitions: int, padding: int) -> str:
+    """eosbatch (one `steps.run`, plan..publish, exactly-once) and the Structured Streaming peer (one
+    availableNow trigger, at-least-once) over the SAME input topic, alternating, a round per run."""
+    topic, records = runs[0].topic, runs[0].records
+    generate(settings, topic=topic, records=records, partitions=partitions, transaction_size=TRANSACTION_SIZE,
+             abort_every=0, malformed_every=0, value_padding=padding)
+    rows, ratios = [], []
+    for i, run in enumerate(runs):
+        ensure_topics(settings, {run.output: partitions})
+        summary, ours = _timed(steps.run, run.name)
+        if summary.records_read != records:
+            raise RuntimeError(f"{run.name}: read {summary.records_read} of {records}")
+        peer_out = f"{run.name}_peer_out"
+        ensure_topics(settings, {peer_out: partitions})
+        result, wall = run_peer(settings, ["once", topic, peer_out, f"{run.name}_peer",
+                                           str(stack.home() / "bench-checkpoints" / run.name)])
+        trigger = result["triggers_s"][0]
+        ratios.append((records / ours) / (records / wall))
+        rows.append([f"round {i + 1}", f"{ours:.1f}", f"{records / ours:,.0f}", f"{wall:.1f}", f"{trigger:.1f}",
+                     f"{records / wall:,.0f}", f"{ratios[-1]:.2f}", f"{wall and (trigger / ours):.2f}"])
+    median = sorted(ratios)[len(ratios) // 2]
+    return "\n".join([
+        f"eosbatch ({engine.kind(settings)}, exactly-once) vs Structured Streaming peer (at-least-once), "
+        f"{records:,} records, same topic, alternating:",
+        _table(["", "eosbatch s", "eosbatch rec/s", "peer s (spark-submit)", "peer trigger s", "peer rec/s",
+                "ratio (rec/s)", "ratio vs trigger"], rows),
+        f"median ratio eosbatch/peer records/s: {median:.2f} (peer s includes its JVM and session start, as "
+        "a scheduled spark-submit pays it; 'ratio vs trigger' holds eosbatch against the trigger alone)"])
+
+
+def tiny_batches(settings: Settings, name: str, peer_name: str, batches: int, records: int) -> str:
+    """The fixed cost of a micro-batch: `batches` batches of `records` records each, for eosbatch through the
+    CLI from a fresh process (one batch per run), eosbatch within one run (the further batches), and the peer's
+    warm triggers (one application, a trigger per batch)."""
+    import statistics
+    import subprocess
+    import sys
+
+    topic = f"{name}_in"
+    ensure_topics(settings, {topic: 1, f"{name}_out": 1})
+    fresh = []
+    for _ in range(batches):
+        produce_orders(settings.kafka_bootstrap, topic, records)
+        done, seconds = _timed(subprocess.run, [sys.executable, "-m", "eosbatch.cli", "run", name],
+                               capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"eosbatch run {name}: {done.stderr[-2000:]}")
+        fresh.append(seconds)
+    for _ in range(batches):
+        produce_orders(settings.kafka_bootstrap, topic, records)
+    summary, within = _timed(steps.run, name)  # this process's session is warm after the first batch
+    if summary.batches < batches:
+        raise RuntimeError(f"{name}: expected {batches} batches in one run, got {summary.batches}")
+    peer_topic = f"{peer_name}_in"
+    ensure_topics(settings, {peer_topic: 1, f"{peer_name}_out": 1})
+    result, wall = run_peer(settings, ["tiny", peer_topic, f"{peer_name}_out", peer_name,
+                                       str(stack.home() / "bench-checkpoints" / peer_name), str(batches),
+                                       str(records)])
+    warm = result["triggers_s"][1:] or result["triggers_s"]
+    per_fresh, per_within, per_peer = statistics.median(fresh), within / summary.batches, statistics.median(warm)
+    rows = [["eosbatch run, fresh process, 1 batch", f"{per_fresh:.2f}", f"{min(fresh):.2f}",
+             f"{per_fresh / per_peer:.1f}"],
+            [f"eosbatch, one run of {summary.batches} batches (per batch)", f"{per_within:.2f}", "",
+             f"{per_within / per_peer:.1f}"],
+            ["peer, warm trigger (per batch)", f"{per_peer:.2f}", f"{min(warm):.2f}", "1.0"],
+            ["peer, spark-submit start + session", f"{result['session_s']:.2f}", "", ""]]
+    return "\n".join([f"fixed cost per micro-batch of {records} records ({engine.kind(settings)} engine):",
+                      _table(["", "median s", "min s", "vs peer trigger"], rows)])
+
+
 # ---------------------------------------------------------------- report
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -322,15 +443,32 @@ def main(argv: list[str] | None = None) -> None:
                         help="publish in a child process and report its peak RSS at each of --rss-sizes")
     parser.add_argument("--rss-sizes", default="100000,1000000", help="comma-separated (default %(default)s)")
     parser.add_argument("--keep", action="store_true", help="keep the runs' topics and sink tables")
+    parser.add_argument("--peer-rounds", type=int, default=2,
+                        help="rounds of eosbatch vs the Structured Streaming peer on one topic (0: none)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="only the fixed cost per micro-batch: 10 batches of 100 records, eosbatch vs peer")
     args = parser.parse_args(argv)
 
     settings = _settings()
     prefix = time.strftime("bench_%Y%m%d_%H%M%S")
+    if args.tiny:
+        tiny = Run(f"{prefix}_tiny", 100)
+        _define([tiny], 1)
+        os.environ[PIPELINES_ENV] = json.dumps([{"name": tiny.name, "topic": tiny.topic, "output": tiny.output,
+                                                 "max_records": 101}])  # 100 records + 1 commit marker
+        print(tiny_batches(settings, tiny.name, f"{prefix}_tinypeer", 10, 100))
+        return
     sizes = [args.records]
     if args.rss_check:
         sizes += [n for n in map(int, args.rss_sizes.split(",")) if n != args.records]
     runs = [Run(f"{prefix}_{i}", n) for i, n in enumerate(sizes)]
-    _define(runs, args.partitions)
+    peers = [Run(f"{prefix}_p{i}", args.records) for i in range(args.peer_rounds)]
+    _define(runs + peers, args.partitions)
+    if peers:  # every round reads the first round's topic
+        specs = json.loads(os.environ[PIPELINES_ENV])
+        for spec in specs[len(runs):]:
+            spec["topic"] = peers[0].topic
+        os.environ[PIPELINES_ENV] = json.dumps(specs)
     padding = _padding()
     print(f"{args.records:,} records of ~{RECORD_BYTES} B over {args.partitions} partitions in one batch "
           f"(input in transactions of {TRANSACTION_SIZE:,}, none aborted, none malformed)", flush=True)
@@ -343,6 +481,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"rss check: a second run of {run.records:,} records", flush=True)
         footprints[run.records] = run_pipeline(settings, run, args.partitions, padding, True)[2]
     print("\n" + report(generated, timings, copies, produce, footprints))
+    if peers:
+        print("\n" + compare_with_peer(settings, peers, args.partitions, padding), flush=True)
     if not args.keep:
         _cleanup(settings, [t for r in runs for t in (r.topic, r.output)] + [f"{prefix}_ceiling"],
                  [r.name for r in runs])

@@ -33,6 +33,7 @@ def session(settings: config.Settings) -> Any:
 
         try:
             spark = SparkSession.builder.remote(settings.spark_remote).create()
+            spark.client.set_retry_policies([_bounded_retries(settings.connect_timeout_s)])
             with tempfile.TemporaryDirectory(prefix="eosbatch-artifacts-") as folder:
                 spark.addArtifacts(str(code_archive(registry.modules(), Path(folder))), pyfile=True)
         except Exception as exc:  # noqa: BLE001 - mapped at the boundary
@@ -40,6 +41,19 @@ def session(settings: config.Settings) -> Any:
                                     f"({map_spark_error(exc, 'connect')})") from None
         _sessions[settings.spark_remote] = spark
         return spark
+
+
+def _bounded_retries(seconds: float) -> Any:
+    """Retry a lost server for about `seconds` (EOSBATCH_CONNECT_TIMEOUT_S), then fail. The client's default
+    waits at least 10 minutes, so a runner whose server died would hang long after its lease expired."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    retries, waited, backoff = 0, 0.0, 0.2
+    while waited < seconds:
+        waited += min(backoff, 5.0)
+        backoff *= 2
+        retries += 1
+    return DefaultPolicy(max_retries=retries, initial_backoff=200, backoff_multiplier=2.0, max_backoff=5000)
 
 
 def forget(settings: config.Settings) -> None:

@@ -14,6 +14,20 @@ from tests.chaos.control import Runner, Services
 from tests.scenario import Scenario
 
 
+@pytest.fixture(autouse=True, params=["connect", "submit"])
+def engine(request, settings, monkeypatch) -> str:
+    """Every chaos test runs against both Spark engines: the long-lived Spark Connect server of the stack, and
+    a spark-submit application per batch (EOSBATCH_SPARK_REMOTE unset)."""
+    if request.param == "connect" and not settings.spark_remote:
+        reason = "EOSBATCH_SPARK_REMOTE is not set (the stack's Spark Connect server is not running)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true: {reason}", pytrace=False)
+        pytest.skip(reason)
+    if request.param == "submit":
+        monkeypatch.setenv("EOSBATCH_SPARK_REMOTE", "")
+    return str(request.param)
+
+
 @pytest.fixture
 def services(settings) -> Iterator[Services]:
     found = Services()

@@ -136,7 +136,11 @@ class Runner:
 
     def kill(self) -> None:
         """SIGKILL the runner and everything it started (a crash of the machine running it, as far as this
-        pipeline can tell). Stopped processes die from SIGKILL too."""
+        pipeline can tell), and a Spark executor's Python worker it froze at a fault point: on Spark Connect
+        that worker belongs to the server, not to the runner's session. Stopped processes die from SIGKILL too."""
+        for _, pid in fired(self.fired_file):
+            if state(pid) == "T" and pid not in session(self.pid):
+                os.kill(pid, signal.SIGKILL)
         for _ in range(3):  # a member may fork while we kill; a few rounds catch the stragglers
             members = session(self.pid)
             if not members:
@@ -163,7 +167,7 @@ class Services:
     """The embedded stack's PostgreSQL and Kafka, as the tests crash and restart them."""
 
     def __init__(self) -> None:
-        self.kafka, self.postgres = stack._parts(stack.home())
+        self.kafka, self.postgres, self.spark = stack._parts(stack.home())
         self.bindir = find_bindir()
 
     def embedded(self, database_url: str, bootstrap: str) -> bool:
@@ -206,12 +210,25 @@ class Services:
         self.kafka.start(self.kafka.install(stack.home() / "cache"))
         self.kafka.wait_ready()
 
+    def kill_spark_connect(self) -> None:
+        """kill -9 the Spark Connect server (its JVM: the driver and, in local mode, the executors)."""
+        pid = self.spark.pid()
+        assert pid is not None, "the Spark Connect server is not running"
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not alive(pid), 60, f"the Spark Connect server {pid} to die")
+
+    def start_spark_connect(self) -> None:
+        self.spark.start(stack.connector_jars())
+        self.spark.wait_ready()
+
     def restore(self) -> None:
-        """Whatever a test did, leave both services running for the next one."""
+        """Whatever a test did, leave every service running for the next one."""
         if self.postgres.pid() is None:
             self.start_postgres()
         if self.kafka.pid() is None:
             self.start_broker()
+        if self.spark.pid() is None:
+            self.start_spark_connect()
 
 
 def verify(scenario: Scenario, recompute: bool = False) -> None:

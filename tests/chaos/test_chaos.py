@@ -11,6 +11,8 @@ here, and the suite must stay within 15 minutes.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,7 @@ import pytest
 
 from eosbatch.ledger import store
 from tests.chaos.control import ROOT, end_exactly_once, wait_until
+from tests.chaos.control import session as control_session
 from tests.scenario import Scenario
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
@@ -187,3 +190,27 @@ def test_frozen_runner_resumed_after_a_second_runner_took_over(settings, unique,
     except AssertionError as exc:
         problems.append(f"not exactly-once: {exc}")
     assert not problems, "\n\n".join(problems)
+
+
+# ---------------------------------------------------------------- e. the Spark engine dies mid-batch
+
+@pytest.mark.parametrize("engine", ["connect"], indirect=True)
+def test_spark_connect_server_sigkilled_mid_batch_then_restarted(settings, unique, services, runners, engine):
+    """The long-lived engine dies while a batch is staging (kill -9 of the Connect server's JVM, its executors
+    with it): the runner fails with one transient eosbatch line, the batch is aborted with its offsets
+    unmoved, and once the server is back the next run ends exactly-once."""
+    scenario = Scenario(settings, unique, "totals", records=RECORDS, batch=BATCH)
+    first = runners.start(scenario, fault="process.mid_staging:stop")
+    worker = first.stopped_at("process.mid_staging")
+    assert worker not in control_session(first.pid), "the staging task runs in the server, not in the runner"
+    services.kill_spark_connect()
+    os.kill(worker, signal.SIGKILL)  # the frozen Python worker outlives its JVM: it cannot notice
+    code = first.wait()
+    last = first.stderr.strip().splitlines()[-1]
+    assert code == 3 and last.startswith("eosbatch: ") and "Spark engine is unavailable" in last, first.tail()
+    [(batch_id, _, state)] = scenario.batches()
+    assert state == "aborted", f"batch {batch_id} is {state}"
+    services.start_spark_connect()
+    done = scenario.run()
+    assert done.returncode == 0, done.stderr[-3000:]
+    end_exactly_once(scenario)
