@@ -34,6 +34,7 @@ from psycopg2 import sql
 from bench import PIPELINES_ENV
 from eosbatch import config, engine, registry, stack, steps
 from eosbatch.config import Settings
+from eosbatch.engine.submit import CONNECT_MODE
 from eosbatch.ledger import migrate
 from examples.orders.generate import ensure_topics, generate
 
@@ -307,6 +308,8 @@ def run_peer(settings: Settings, args: list[str]) -> tuple[dict[str, Any], float
                args[0], *args[1:5], str(result), *args[5:]]
     env = {**os.environ, "PYTHONPATH": str(root), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
            "BENCH_PEER_DSN": settings.psycopg_dsn, "BENCH_PEER_JDBC": jdbc}
+    for name in CONNECT_MODE:  # this process may have opened a Connect session: the peer is a classic app
+        env.pop(name, None)
     started = time.perf_counter()
     log = stack.home() / "logs" / "bench-peer.log"
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from eosbatch.engine.exceptions import SparkJobFailed
 from eosbatch.exceptions import EosbatchError, Fenced, TerminalError, TransientError
 from eosbatch.spark.entry import EXIT_FENCED, EXIT_TERMINAL, RESULT_FILE
 
+CONNECT_MODE = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
 APPS = Path(__file__).resolve().parents[2] / "spark_apps"
 
 
@@ -61,6 +62,8 @@ def command(app: str, args: list[str], settings: config.Settings, log_name: str)
     result = work / "result.json"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            RESULT_FILE: str(result)}
+    for name in CONNECT_MODE:  # set by PySpark in a process that opened a Connect session: not for this driver
+        env.pop(name, None)
     if settings.spark_master.startswith("local"):
         env["SPARK_LOCAL_IP"] = "127.0.0.1"  # keep a local run's traffic on loopback
     return SparkRun(line, env, logs / f"{log_name}.log", result)

@@ -47,7 +47,8 @@ class SparkConnectServer:
                    "--conf", "spark.sql.shuffle.partitions=4",
                    "--conf", f"spark.local.dir={self.home / 'tmp'}"]
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-        for name in ("EOSBATCH_FAULT", "EOSBATCH_FAULT_FIRED"):  # faults travel with each batch, never here
+        # Faults travel with each batch, never here; and this server is a classic Spark application.
+        for name in ("EOSBATCH_FAULT", "EOSBATCH_FAULT_FIRED", "SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
             env.pop(name, None)
         processes.spawn(command, self.log, self.pid_file, env=env)
 
