@@ -346,3 +346,14 @@ def test_airflow_connections_are_the_ones_the_dags_resolve(services: dict[str, A
         as_conn = SimpleNamespace(conn_type="kafka", host=None, port=None, login=None, password=None, schema=None,
                                   extra=json.dumps(kafka["extra"]))
         assert connections.kafka_env(as_conn).env["EOSBATCH_KAFKA_BOOTSTRAP"] == variables["EOSBATCH_KAFKA_BOOTSTRAP"]
+
+
+def test_spark_connect_server_is_the_airflow_tasks_engine(services: dict[str, Any]) -> None:
+    """The long-lived engine runs on the Spark master, on no host port, and Airflow's tasks reach it."""
+    server = " ".join(command(services["spark-connect"]))
+    assert "org.apache.spark.sql.connect.service.SparkConnectServer" in server
+    assert "--master spark://spark-master:7077" in server and "binding.port=15002" in server
+    assert not services["spark-connect"].get("ports"), "a Connect server runs any client's code: not on the host"
+    assert "spark-master" in depends_on(services["spark-connect"])
+    for name in AIRFLOW:
+        assert env(services[name]).get("EOSBATCH_SPARK_REMOTE") == "sc://spark-connect:15002", name

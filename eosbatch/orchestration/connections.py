@@ -1,8 +1,9 @@
 """Airflow connections <-> eosbatch settings.
 
-Tasks resolve `eosbatch_postgres` (conn type postgres) and `eosbatch_kafka` (conn type kafka, librdkafka
-settings in `extra`, as the apache-kafka provider defines it) and export EOSBATCH_DATABASE_URL,
-EOSBATCH_KAFKA_BOOTSTRAP and EOSBATCH_KAFKA_CONFIG before calling the steps, so that `config.load()` and
+Tasks resolve `eosbatch_postgres` (conn type postgres), `eosbatch_kafka` (conn type kafka, librdkafka
+settings in `extra`, as the apache-kafka provider defines it) and `eosbatch_spark` (conn type spark_connect:
+the Spark Connect server) and export EOSBATCH_DATABASE_URL, EOSBATCH_KAFKA_BOOTSTRAP, EOSBATCH_KAFKA_CONFIG
+and EOSBATCH_SPARK_REMOTE before calling the steps, so that `config.load()` and
 the spark-submit child see them. A connection that does not exist falls back to the environment.
 
 The conversions are pure functions over any object with Airflow's Connection attributes. Passwords are
@@ -22,6 +23,7 @@ from eosbatch.exceptions import ConfigError
 
 POSTGRES_CONN_ID = "eosbatch_postgres"
 KAFKA_CONN_ID = "eosbatch_kafka"
+SPARK_CONN_ID = "eosbatch_spark"  # conn type spark_connect (apache-airflow-providers-apache-spark): the engine
 # libpq connection parameters that may come from a postgres connection's extra; the provider's own
 # keys (cursor, iam, ...) mean nothing to libpq and are left out.
 LIBPQ_EXTRA = frozenset({
@@ -155,11 +157,30 @@ def _mask(value: str) -> None:
     mask_secret(value)
 
 
+def spark_connect_env(conn: ConnectionLike, conn_id: str = SPARK_CONN_ID) -> Converted:
+    """A spark_connect connection (host, port; extra: use_ssl, token, user_id, as the apache-spark provider
+    defines them) as EOSBATCH_SPARK_REMOTE."""
+    if (conn.conn_type or "").lower() != "spark_connect":
+        raise ConfigError(f"connection {conn_id}.conn_type", f"must be 'spark_connect', got {conn.conn_type!r}")
+    host = (conn.host or "").removeprefix("sc://").strip("/")
+    if not host:
+        raise ConfigError(f"connection {conn_id}.host", "not set")
+    extra = _extra(conn, conn_id)
+    params = [f"{key}={quote(str(extra[key]), safe='')}" for key in ("user_id", "token") if extra.get(key)]
+    if str(extra.get("use_ssl", "")).lower() in ("true", "1"):
+        params.append("use_ssl=true")
+    if extra.get("token"):
+        _mask(str(extra["token"]))
+    url = f"sc://{host}:{conn.port or 15002}" + (f"/;{';'.join(params)}" if params else "")
+    return Converted({config.SPARK_REMOTE: url}, [])
+
+
 def export_settings(log: Log = print, get: Callable[[str], ConnectionLike | None] = _airflow_connection,
                     environ: dict[str, str] | None = None) -> config.Settings:
-    """Resolve the two connections into `environ` (os.environ by default) and return the loaded settings."""
+    """Resolve the connections into `environ` (os.environ by default) and return the loaded settings."""
     target = os.environ if environ is None else environ
-    for conn_id, convert in ((POSTGRES_CONN_ID, postgres_env), (KAFKA_CONN_ID, kafka_env)):
+    for conn_id, convert in ((POSTGRES_CONN_ID, postgres_env), (KAFKA_CONN_ID, kafka_env),
+                             (SPARK_CONN_ID, spark_connect_env)):
         conn = get(conn_id)
         if conn is None:
             log(f"connection {conn_id}: not defined; using the environment")

@@ -163,3 +163,21 @@ def test_airflow_cfg_binds_to_loopback_on_derived_ports() -> None:
                  "sql_alchemy_conn = postgresql+psycopg2://u@127.0.0.1:1/airflow", "jwt_secret = j",
                  "host = 127.0.0.1", "scheduler_health_check_server_host = 127.0.0.1"]:
         assert line in text.splitlines(), line
+
+
+# ---------------------------------------------------------------- spark_connect
+
+def test_spark_connect_connection_becomes_the_engine_url() -> None:
+    plain = connections.spark_connect_env(conn("spark_connect", "spark-connect", 15002))
+    assert plain.env == {config.SPARK_REMOTE: "sc://spark-connect:15002"}
+    secured = connections.spark_connect_env(conn("spark_connect", "sc://host", None,
+                                                 extra={"use_ssl": True, "token": "t/k", "user_id": "airflow"}))
+    assert secured.env[config.SPARK_REMOTE] == "sc://host:15002/;user_id=airflow;token=t%2Fk;use_ssl=true"
+    assert config.load({config.DATABASE_URL: "postgresql://u@h/db", config.KAFKA_BOOTSTRAP: "k:9092",
+                        **secured.env}).spark_remote == secured.env[config.SPARK_REMOTE]
+
+
+@pytest.mark.parametrize(("bad", "field"), [(conn("spark", "h"), "conn_type"), (conn("spark_connect"), "host")])
+def test_spark_connect_connection_errors_name_the_field(bad, field) -> None:
+    with pytest.raises(ConfigError, match=f"eosbatch_spark.{field}"):
+        connections.spark_connect_env(bad)

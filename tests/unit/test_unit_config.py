@@ -190,3 +190,19 @@ def test_lease_seconds_default_and_value() -> None:
 
     assert load(env()).lease_seconds == DEFAULT_LEASE_SECONDS == 60
     assert load(env(**{LEASE_SECONDS: " 5 "})).lease_seconds == 5
+
+
+@pytest.mark.parametrize("bad", ["http://h:15002", "sc://h", "sc://:15002", "sc://h:port"])
+def test_spark_remote_must_be_a_connect_url(bad) -> None:
+    with pytest.raises(ConfigError, match="EOSBATCH_SPARK_REMOTE"):
+        load(env(EOSBATCH_SPARK_REMOTE=bad))
+
+
+def test_spark_remote_and_jars(tmp_path) -> None:
+    jar = tmp_path / "a.jar"
+    jar.write_bytes(b"")
+    settings = load(env(EOSBATCH_SPARK_REMOTE="sc://127.0.0.1:15002/;use_ssl=true", EOSBATCH_SPARK_JARS=f" {jar} ,"))
+    assert settings.spark_remote == "sc://127.0.0.1:15002/;use_ssl=true" and settings.spark_jars == (str(jar),)
+    assert load(env()).spark_remote == "" and load(env()).spark_jars == ()
+    with pytest.raises(ConfigError, match="EOSBATCH_SPARK_JARS: no such file"):
+        load(env(EOSBATCH_SPARK_JARS=str(tmp_path / "missing.jar")))

@@ -200,3 +200,21 @@ def test_a_spark_apps_exit_code_keeps_its_kind() -> None:
     assert submit.failure_kind(2) is TerminalError
     assert submit.failure_kind(4) is Fenced  # the Spark driver found its epoch stale: exit 4 at the CLI too
     assert submit.failure_kind(3) is TransientError and submit.failure_kind(1) is TransientError
+
+
+def _named(name: str, message: str) -> Exception:
+    return type(name, (Exception,), {})(message)
+
+
+def test_spark_errors_map_to_terminal_and_transient_by_kind() -> None:
+    from eosbatch.engine.errors import map_spark_error
+    from eosbatch.engine.exceptions import EngineUnavailable, SparkJobFailed, TransformError
+
+    assert isinstance(map_spark_error(_named("AnalysisException", "[UNRESOLVED_COLUMN] x"), "process"), TransformError)
+    gone = map_spark_error(_named("SparkConnectGrpcException", "<_MultiThreadedRendezvous of RPC that terminated "
+                                  "with: status = StatusCode.UNAVAILABLE\nConnection refused>"), "process batch 3")
+    assert isinstance(gone, EngineUnavailable) and str(gone).startswith("process batch 3: the Spark engine")
+    task = map_spark_error(_named("PythonException", "psycopg2.OperationalError: server closed the connection"), "p")
+    assert isinstance(task, SparkJobFailed) and isinstance(task, TransientError)
+    ours = Fenced("batch 1: another runner")
+    assert map_spark_error(ours, "p") is ours
