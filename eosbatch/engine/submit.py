@@ -29,18 +29,46 @@ class SparkRun(NamedTuple):
     result: Path
 
 
-def code_archive(pipeline_modules: list[str], folder: Path) -> Path:
-    """A zip of the eosbatch package and the pipeline modules' top-level packages, for the executors."""
-    archive = folder / "eosbatch-app.zip"
+def _installed_dirs() -> list[Path]:
+    """Where installed code lives (the standard library, site-packages): not the user's to ship."""
+    import site
+    import sysconfig
+
+    found = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), site.getusersitepackages()}
+    found |= {p for p in sysconfig.get_paths().values() if p}
+    return [Path(p).resolve() for p in found]
+
+
+def _code_roots(pipeline_modules: list[str]) -> set[Path]:
+    """The top-level packages (or single modules) of eosbatch, of the pipeline modules, and of every module
+    of the user's own that they imported (a pipeline importing a sibling package of the project): what the
+    executors must be able to import. Installed packages are the executors' environment's business."""
+    for module in pipeline_modules:
+        __import__(module)
+    installed = _installed_dirs()
     roots = {Path(__file__).resolve().parents[1]}
+    for name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None)
+        if "." in name or not origin or not origin.endswith(".py") or name == "__main__":
+            continue
+        path = Path(origin).resolve()
+        if any(path.is_relative_to(folder) for folder in installed):
+            continue
+        roots.add(path.parent if path.name == "__init__.py" else path)
     for module in pipeline_modules:
         spec = find_spec(module.split(".")[0])
         if spec is not None and spec.origin:
-            origin = Path(spec.origin)
+            origin = Path(spec.origin).resolve()
             roots.add(origin.parent if origin.name == "__init__.py" else origin)
+    return roots
+
+
+def code_archive(pipeline_modules: list[str], folder: Path) -> Path:
+    """A zip of the code the executors import (see _code_roots): eosbatch, the pipelines and their imports."""
+    archive = folder / "eosbatch-app.zip"
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
-        for root in sorted(roots):
-            files = [root] if root.is_file() else sorted(root.rglob("*.py"))
+        for root in sorted(_code_roots(pipeline_modules)):
+            files = [root] if root.is_file() else sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
             for path in files:
                 zf.write(path, path.relative_to(root.parent))
     return archive

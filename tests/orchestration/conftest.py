@@ -35,7 +35,9 @@ def airflow_db(settings) -> str:
 def scheduler(settings) -> Iterator[LocalAirflow]:
     """`eosbatch airflow up` with the test pipelines; `eosbatch airflow down` at the end of the session."""
     suffixes = {role: uuid.uuid4().hex[:8] for role in ROLES}
-    specs = ",".join(f"{suffixes[role]}:{start}:100000" for role, start in ROLES.items())
+    # The kill test's process step sleeps 15 s per Spark task: long enough to kill the scheduler during it.
+    specs = ",".join(f"{suffixes[role]}:{start}:100000{':15' if role == 'kill' else ''}"
+                     for role, start in ROLES.items())
     base = {**os.environ, "EOSBATCH_PIPELINES": "tests.pipelines.scheduled", "EOSBATCH_TEST_SUFFIXES": specs,
             "EOSBATCH_SPARK_MASTER": "local[2,3]",
             # a task whose process died with the scheduler is failed (then retried) after 20 s, not 60 s

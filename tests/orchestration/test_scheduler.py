@@ -13,7 +13,6 @@ import pytest
 from eosbatch import faults
 from eosbatch.kafka.offsets import bounds
 from eosbatch.orchestration import local
-from eosbatch.stack import home as stack_home
 from tests.orchestration.helpers import LocalAirflow
 from tests.scenario import Scenario
 
@@ -55,15 +54,12 @@ def test_scheduler_killed_mid_process_then_runs_recover_exactly_once(scheduler: 
     scheduler.unpause(dag)
     scheduler.trigger(dag, "kill-1")
 
-    # Wait until the Spark driver of the planned batch is at work, then kill the scheduler's process group.
+    # Wait until the process task of the planned batch is at work (its Spark tasks sleep 15 s first: see
+    # conftest), then kill the scheduler's process group.
     deadline = time.monotonic() + 240
-    spark_log = None
     while time.monotonic() < deadline:
-        batches = scenario.batches()
-        if batches and scheduler.task_state(dag, "kill-1", "process") == "running":
-            spark_log = stack_home() / "logs" / f"{scenario.pipeline}-batch-{batches[0][0]}.log"
-            if spark_log.exists() and "SparkContext: Running Spark version" in spark_log.read_text(errors="replace"):
-                break
+        if scenario.batches() and scheduler.task_state(dag, "kill-1", "process") == "running":
+            break
         time.sleep(0.5)
     else:
         raise AssertionError(f"process never started: {scheduler.tasks(dag, 'kill-1')}")

@@ -1,17 +1,39 @@
 """The test pipelines over one input topic `crash_in_<suffix>`, one per sink mode; nothing registers until
 `make` is called (each module that calls it decides which suffixes exist)."""
 
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
 from eosbatch import KafkaOutput, KafkaSource, Pipeline, PostgresSink
 from examples.orders.pipeline import ORDER_SCHEMA, to_latest, to_totals
 
 
-def make(suffix: str, batch: int = 1500, start: str = "earliest") -> tuple[Pipeline, Pipeline]:
-    """(crash_totals_<suffix>, crash_latest_<suffix>); `start` "latest": a pipeline started at the end."""
+def _pause(batches: Iterator[Any], seconds: float) -> Iterator[Any]:
+    import time
+
+    time.sleep(seconds)
+    yield from batches
+
+
+def slowed(transform: Callable[[Any], Any], seconds: float) -> Callable[[Any], Any]:
+    """`transform` after every Spark task has slept `seconds`: a process step that lasts long enough for a
+    test to do something while it runs, whatever the engine."""
+
+    def slow(orders: Any) -> Any:
+        return transform(orders.mapInArrow(functools.partial(_pause, seconds=seconds), orders.schema))
+
+    return slow
+
+
+def make(suffix: str, batch: int = 1500, start: str = "earliest", slow: float = 0) -> tuple[Pipeline, Pipeline]:
+    """(crash_totals_<suffix>, crash_latest_<suffix>); `start` "latest": a pipeline started at the end;
+    `slow`: seconds every Spark task of the totals pipeline's transform sleeps first."""
     totals = Pipeline(
         name=f"crash_totals_{suffix}",
         source=KafkaSource(topics=[f"crash_in_{suffix}"], max_records_per_batch=batch, value_schema=ORDER_SCHEMA,
                            starting_offsets=start),  # type: ignore[arg-type]
-        transform=to_totals,
+        transform=slowed(to_totals, slow) if slow else to_totals,
         sink=PostgresSink(table=f"crash_totals_{suffix}", key=["customer_id"], mode="accumulate",
                           accumulate=["total_amount", "order_count"]),
         output=KafkaOutput(topic=f"crash_totals_out_{suffix}", key="customer_id"),

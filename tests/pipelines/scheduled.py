@@ -1,5 +1,5 @@
 """Pipelines for the tests through a real Airflow: one scheduler serves several tests at once, so every
-entry of EOSBATCH_TEST_SUFFIXES ("suffix[:start[:batch]]", comma-separated) gets the crash-test pipelines
+entry of EOSBATCH_TEST_SUFFIXES ("suffix[:start[:batch[:slow]]]", comma-separated) gets the crash-test pipelines
 (tests/pipelines/factory.py), named as tests/scenario.py expects."""
 
 import os
@@ -10,5 +10,6 @@ SPECS = [spec.strip() for spec in os.environ.get("EOSBATCH_TEST_SUFFIXES", "").s
 
 for spec in SPECS:
     suffix, _, rest = spec.partition(":")
-    start, _, batch = rest.partition(":")
-    make(suffix, int(batch or 1500), start or "earliest")
+    start, _, rest = rest.partition(":")
+    batch, _, slow = rest.partition(":")
+    make(suffix, int(batch or 1500), start or "earliest", float(slow or 0))

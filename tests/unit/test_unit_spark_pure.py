@@ -63,3 +63,16 @@ def test_offsets_json_of_nothing() -> None:
 def test_offsets_json_refuses_two_ranges_of_one_partition() -> None:
     with pytest.raises((ValueError, EosbatchError)):
         offsets_json([OffsetRange("orders", 0, 0, 40), OffsetRange("orders", 0, 60, 100)])
+
+
+def test_code_archive_ships_eosbatch_the_pipelines_and_the_project_packages_they_import(tmp_path) -> None:
+    """A Spark Connect server's executors see only what the archive holds: a pipeline module that imports a
+    sibling package (tests.pipelines.factory imports examples.orders) needs that package too; installed
+    libraries are left to the executors' environment."""
+    import zipfile
+
+    from eosbatch.engine.submit import code_archive
+
+    names = zipfile.ZipFile(code_archive(["tests.pipelines.factory"], tmp_path)).namelist()
+    assert {"eosbatch/steps.py", "tests/pipelines/factory.py", "examples/orders/pipeline.py"} <= set(names)
+    assert not any(n.startswith(("pyspark/", "psycopg2/", "confluent_kafka/")) for n in names)
