@@ -341,7 +341,9 @@ def compare_with_peer(settings: Settings, runs: list[Run], partitions: int, padd
         ratios.append((records / ours) / (records / wall))
         rows.append([f"round {i + 1}", f"{ours:.1f}", f"{records / ours:,.0f}", f"{wall:.1f}", f"{trigger:.1f}",
                      f"{records / wall:,.0f}", f"{ratios[-1]:.2f}", f"{wall and (trigger / ours):.2f}"])
-    median = sorted(ratios)[len(ratios) // 2]
+    import statistics
+
+    median = statistics.median(ratios)
     return "\n".join([
         f"eosbatch ({engine.kind(settings)}, exactly-once) vs Structured Streaming peer (at-least-once), "
         f"{records:,} records, same topic, alternating:",
