@@ -47,8 +47,8 @@ def _code_roots(pipeline_modules: list[str]) -> set[Path]:
         __import__(module)
     installed = _installed_dirs()
     roots = {Path(__file__).resolve().parents[1]}
-    for name, module in list(sys.modules.items()):
-        origin = getattr(module, "__file__", None)
+    for name, loaded in list(sys.modules.items()):
+        origin = getattr(loaded, "__file__", None)
         if "." in name or not origin or not origin.endswith(".py") or name == "__main__":
             continue
         path = Path(origin).resolve()
