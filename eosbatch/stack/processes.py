@@ -21,12 +21,13 @@ def read_pid(pid_file: Path) -> int | None:
     return pid if alive(pid) else None
 
 
-def spawn(command: list[str], log: Path, pid_file: Path, env: dict[str, str] | None = None) -> int:
+def spawn(command: list[str], log: Path, pid_file: Path, env: dict[str, str] | None = None,
+          cwd: Path | None = None) -> int:
     """Start a server detached from this process group, so that it outlives the command that started it."""
     with log.open("ab") as out:
         process = subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env=env,
+            start_new_session=True, env=env, cwd=cwd,
         )
     pid_file.write_text(str(process.pid))
     return process.pid

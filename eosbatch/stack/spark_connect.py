@@ -50,7 +50,8 @@ class SparkConnectServer:
         # Faults travel with each batch, never here; and this server is a classic Spark application.
         for name in ("EOSBATCH_FAULT", "EOSBATCH_FAULT_FIRED", "SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
             env.pop(name, None)
-        processes.spawn(command, self.log, self.pid_file, env=env)
+        # Its working folder: the server writes its session artifacts there (`artifacts/`).
+        processes.spawn(command, self.log, self.pid_file, env=env, cwd=self.home)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Ready when its gRPC port accepts connections (it opens once the SparkContext is up)."""
