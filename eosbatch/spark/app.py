@@ -11,27 +11,13 @@ from eosbatch.exceptions import TerminalError
 from eosbatch.ledger import sinks, store
 from eosbatch.pipeline import Pipeline
 from eosbatch.spark import reader, schema
+from eosbatch.spark.session import on_own_session
 from eosbatch.spark.staging import RESULT_SCHEMA, StageTarget, WriterResult, stage_partition
-
-
-def classic_session(master: str) -> Any:
-    """A SparkSession of this process's own (the spark-submit engine's driver)."""
-    from pyspark.sql import SparkSession
-
-    return (SparkSession.builder.master(master).appName("eosbatch")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "4")
-            .getOrCreate())
 
 
 def process(pipeline_name: str, batch_id: int, log: Any = print) -> dict[str, int]:
     """The spark-submit engine's driver: a session of its own for this one batch."""
-    settings = config.load()
-    spark = classic_session(settings.spark_master)
-    try:
-        return process_on(spark, pipeline_name, batch_id, log, faults.carried())
-    finally:
-        spark.stop()
+    return on_own_session("eosbatch", process_on, pipeline_name, batch_id, log, faults.carried())
 
 
 def process_on(spark: Any, pipeline_name: str, batch_id: int, log: Any, fault: dict[str, str]) -> dict[str, int]:

@@ -17,6 +17,7 @@ from eosbatch import config, registry
 from eosbatch.ledger import store
 from eosbatch.protocol.states import claims_coverage
 from eosbatch.spark import reader
+from eosbatch.spark.session import on_own_session
 
 
 def _plain(value: Any) -> Any:
@@ -31,14 +32,7 @@ def _plain(value: Any) -> Any:
 
 def recompute(pipeline_name: str) -> dict[str, Any]:
     """The spark-submit engine's driver: a session of its own."""
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.appName("eosbatch-verify").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "4").getOrCreate())
-    try:
-        return recompute_on(spark, pipeline_name)
-    finally:
-        spark.stop()
+    return on_own_session("eosbatch-verify", recompute_on, pipeline_name)
 
 
 def recompute_on(spark: Any, pipeline_name: str) -> dict[str, Any]:
