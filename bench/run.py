@@ -6,8 +6,11 @@ Generates N JSON orders of ~200 B into a fresh topic (committed Kafka transactio
 malformed, so every step sees all N records; 1 in 10 orders repeats an earlier order id), runs them as ONE
 batch through plan -> process -> commit -> publish, timing each step, then measures on the same stack a
 PostgreSQL COPY of N similar rows and a plain (non-transactional) produce of N records of the same size.
-With --rss-check the publish step runs in a spawned child whose peak RSS (VmHWM) is reported for 100k and
-1M records: a streamed outbox keeps it flat.
+With --rss-check, whole runs of 100k and 1M records (--rss-sizes) run each in a spawned process of its own:
+its peak RSS (VmHWM), and the Spark Connect server's heap in use after a full GC, show that memory stays
+flat as the batch grows (Spark streams the records, the outbox is streamed to Kafka).
+With --peer-rounds R (default 2), eosbatch and a Structured Streaming peer (bench/peer.py) run alternately
+on the same topic; --tiny measures the fixed cost per micro-batch instead (CLI, one run, Airflow, peer).
 
 Uses EOSBATCH_DATABASE_URL / EOSBATCH_KAFKA_BOOTSTRAP when both are set, else brings up the embedded stack
 (EOSBATCH_HOME, EOSBATCH_KAFKA_PORT and EOSBATCH_POSTGRES_PORT choose which one).
@@ -66,11 +69,12 @@ class Timing(NamedTuple):
         return self.records / self.seconds if self.seconds else math.inf
 
 
-class Published(NamedTuple):
+class Footprint(NamedTuple):
+    """A whole run in a process of its own."""
     records: int
     seconds: float
-    baseline_mib: float = math.nan  # the publish child's VmRSS before publishing
-    peak_mib: float = math.nan      # its VmHWM after publishing
+    baseline_mib: float  # its VmRSS before the run (imports done)
+    peak_mib: float      # its VmHWM after the run
 
 
 # ---------------------------------------------------------------- setup
@@ -117,34 +121,59 @@ def _vm_mib(field: str) -> float:
     raise KeyError(field)
 
 
-def _publish_child(pipeline: str, batch_id: int, reply: Any) -> None:
-    registry.load()  # imports happen before the baseline: the peak should show what publishing costs
+def _run_child(pipeline: str, reply: Any) -> None:
+    registry.load()  # as above: the baseline holds the imports, the peak what the run adds
     baseline = _vm_mib("VmRSS")
-    batch, seconds = _timed(steps.publish, pipeline, batch_id)
-    reply.send(Published(batch.published_records or 0, seconds, baseline, _vm_mib("VmHWM")))
+    summary, seconds = _timed(steps.run, pipeline)
+    reply.send(Footprint(summary.records_read, seconds, baseline, _vm_mib("VmHWM")))
 
 
-def _publish(pipeline: str, batch_id: int, in_child: bool) -> Published:
-    if not in_child:
-        batch, seconds = _timed(steps.publish, pipeline, batch_id)
-        return Published(batch.published_records or 0, seconds)
+def _in_child(target: Callable[..., None], *args: Any) -> Footprint:
     # spawn, not fork: a forked child's RSS would start with this process's pages (the generator's records).
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_publish_child, args=(pipeline, batch_id, send))
+    child = context.Process(target=target, args=(*args, send))
     child.start()
     send.close()
     try:
-        result: Published = receive.recv()
+        result: Footprint = receive.recv()
     except EOFError:
         child.join()
-        raise RuntimeError(f"publish child for batch {batch_id} died (exit code {child.exitcode})") from None
+        raise RuntimeError(f"{target.__name__}{args} died (exit code {child.exitcode})") from None
     child.join()
     return result
 
 
-def run_pipeline(settings: Settings, run: Run, partitions: int, padding: int, publish_in_child: bool
-                 ) -> tuple[Timing, list[Timing], Published]:
+def engine_heap_mib(settings: Settings) -> float:
+    """The Spark Connect server's JVM heap in use right after a full GC (`jcmd GC.run`, `GC.heap_info`):
+    what the engine keeps between batches. NaN for the spark-submit engine (its JVM ends with the batch)."""
+    import re
+    import shutil
+    import subprocess
+
+    pid = stack.status().spark_connect_pid if engine.kind(settings) == "connect" else None
+    jcmd = shutil.which("jcmd")
+    if pid is None or jcmd is None:
+        return math.nan
+    subprocess.run([jcmd, str(pid), "GC.run"], capture_output=True, check=True, timeout=120)
+    info = subprocess.run([jcmd, str(pid), "GC.heap_info"], capture_output=True, text=True, check=True, timeout=60)
+    found = re.search(r"heap\s+total \d+K, used (\d+)K", info.stdout)
+    return int(found.group(1)) / 1024 if found else math.nan
+
+
+def footprint(settings: Settings, run: Run, partitions: int, padding: int) -> tuple[Footprint, float]:
+    """A whole `eosbatch run` of `run.records` fresh records in a spawned child: its records, time, baseline
+    and peak RSS; then the engine's heap after GC."""
+    generate(settings, topic=run.topic, records=run.records, partitions=partitions,
+             transaction_size=TRANSACTION_SIZE, abort_every=0, malformed_every=0, value_padding=padding)
+    ensure_topics(settings, {run.output: partitions})
+    ran = _in_child(_run_child, run.name)
+    if ran.records != run.records:
+        raise RuntimeError(f"{run.name}: the run read {ran.records} records, expected {run.records}")
+    return ran, engine_heap_mib(settings)
+
+
+def run_pipeline(settings: Settings, run: Run, partitions: int, padding: int) -> tuple[Timing, list[Timing]]:
     """Generate the run's input, then plan, process, commit and publish it as one batch, timing each step."""
     produced, seconds = _timed(generate, settings, topic=run.topic, records=run.records,
                                partitions=partitions, transaction_size=TRANSACTION_SIZE, abort_every=0,
@@ -161,14 +190,14 @@ def run_pipeline(settings: Settings, run: Run, partitions: int, padding: int, pu
     if committed.records_read != run.records:
         raise RuntimeError(f"{run.name}: batch {batch.id} read {committed.records_read} records, "
                            f"expected all {run.records} in one batch")
-    published = _publish(run.name, batch.id, publish_in_child)
+    done, publish_s = _timed(steps.publish, run.name, batch.id)
     staged = committed.records_read - (committed.dead_letters or 0)
     print("\n" + _table(["commit statement, side by side (rolled back)", "records", "seconds", "records/s",
                          "vs upsert only", ""], [_row(t, durability[0]) for t in durability]) + "\n", flush=True)
     return generated, [Timing("plan", run.records, plan_s),
                        Timing(f"process ({engine.kind(settings)})", committed.records_read, process_s),
                        Timing(f"commit ({committed.sink_rows:,} sink rows)", staged, commit_s),
-                       Timing("publish + finalize", published.records, published.seconds)], published
+                       Timing("publish + finalize", done.published_records or 0, publish_s)]
 
 
 def durability_cost(settings: Settings, pipeline: str, batch_id: int, rounds: int = 3) -> list[Timing]:
@@ -353,10 +382,32 @@ def compare_with_peer(settings: Settings, runs: list[Run], partitions: int, padd
         "a scheduled spark-submit pays it; 'ratio vs trigger' holds eosbatch against the trigger alone)"])
 
 
-def tiny_batches(settings: Settings, name: str, peer_name: str, batches: int, records: int) -> str:
+def through_airflow(settings: Settings, name: str, batches: int, records: int) -> list[dict[str, Any]]:
+    """`batches` runs of the pipeline's micro-batch DAG by `dag.test()` (bench/airflow_tiny.py) in a child
+    with the local Airflow's environment; each run's wall time and task durations."""
+    import subprocess
+    import sys
+
+    from eosbatch.orchestration import local
+
+    local.write_config()
+    local.ensure_database()
+    env = local.environment(os.environ)
+    local.migrate_and_connect(env, settings, log=lambda _: None)
+    done = subprocess.run([sys.executable, "-m", "bench.airflow_tiny", name, str(batches), str(records)], env=env,
+                          cwd=local.REPO, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench.airflow_tiny {name}: exit {done.returncode}: {done.stderr[-3000:]}")
+    runs: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])["runs"]
+    return runs
+
+
+def tiny_batches(settings: Settings, name: str, peer_name: str, airflow_name: str, batches: int, records: int
+                 ) -> str:
     """The fixed cost of a micro-batch: `batches` batches of `records` records each, for eosbatch through the
-    CLI from a fresh process (one batch per run), eosbatch within one run (the further batches), and the peer's
-    warm triggers (one application, a trigger per batch)."""
+    CLI from a fresh process (one batch per run), eosbatch within one run (the further batches), eosbatch
+    through Airflow (a `dag.test()` run per batch), and the peer's warm triggers (one application, a
+    trigger per batch)."""
     import statistics
     import subprocess
     import sys
@@ -382,15 +433,26 @@ def tiny_batches(settings: Settings, name: str, peer_name: str, batches: int, re
                                        str(stack.home() / "bench-checkpoints" / peer_name), str(batches),
                                        str(records)])
     warm = result["triggers_s"][1:] or result["triggers_s"]
+    ensure_topics(settings, {f"{airflow_name}_in": 1, f"{airflow_name}_out": 1})
+    airflow = through_airflow(settings, airflow_name, batches, records)
+    per_airflow = statistics.median(r["wall_s"] for r in airflow)
+    task_names = ["plan", "process", "commit", "publish", "finalize"]
+    task_medians = {t: statistics.median(r["tasks_s"].get(t, 0.0) for r in airflow) for t in task_names}
     per_fresh, per_within, per_peer = statistics.median(fresh), within / summary.batches, statistics.median(warm)
     rows = [["eosbatch run, fresh process, 1 batch", f"{per_fresh:.2f}", f"{min(fresh):.2f}",
              f"{per_fresh / per_peer:.1f}"],
             [f"eosbatch, one run of {summary.batches} batches (per batch)", f"{per_within:.2f}", "",
              f"{per_within / per_peer:.1f}"],
+            ["eosbatch through Airflow, dag.test() per batch", f"{per_airflow:.2f}",
+             f"{min(r['wall_s'] for r in airflow):.2f}", f"{per_airflow / per_peer:.1f}"],
             ["peer, warm trigger (per batch)", f"{per_peer:.2f}", f"{min(warm):.2f}", "1.0"],
             ["peer, spark-submit start + session", f"{result['session_s']:.2f}", "", ""]]
+    first_airflow = airflow[0]["wall_s"]
     return "\n".join([f"fixed cost per micro-batch of {records} records ({engine.kind(settings)} engine):",
-                      _table(["", "median s", "min s", "vs peer trigger"], rows)])
+                      _table(["", "median s", "min s", "vs peer trigger"], rows),
+                      "through Airflow, median task durations (s): "
+                      + ", ".join(f"{t} {task_medians[t]:.2f}" for t in task_names)
+                      + f"; the first dag.test() run (DAG import, session open): {first_airflow:.2f} s"])
 
 
 # ---------------------------------------------------------------- report
@@ -411,7 +473,7 @@ def _row(t: Timing, ceiling: Timing | None = None) -> list[str]:
 
 
 def report(generated: Timing, timings: list[Timing], copies: list[Timing], produce: Timing,
-           footprints: dict[int, Published]) -> str:
+           footprints: dict[int, tuple[Footprint, float]]) -> str:
     plan, process, commit, publish = timings
     total = Timing("total (plan..publish)", plan.records, sum(t.seconds for t in timings))
     blank = [""] * 5
@@ -422,10 +484,11 @@ def report(generated: Timing, timings: list[Timing], copies: list[Timing], produ
             "ratio = step records/s / ceiling records/s; process is held against COPY into UNLOGGED,",
             "commit against COPY into the logged table with PK, publish against the plain produce."]
     if footprints:
-        header = ["publish child", "published", "seconds", "baseline RSS MiB", "peak RSS MiB (VmHWM)"]
+        header = ["runner (eosbatch run, own process)", "records", "seconds", "baseline RSS MiB",
+                  "peak RSS MiB (VmHWM)", "engine heap after GC MiB"]
         text += ["", _table(header, [[f"{n:,} records", f"{p.records:,}", f"{p.seconds:.2f}",
-                                      f"{p.baseline_mib:.0f}", f"{p.peak_mib:.0f}"]
-                                     for n, p in sorted(footprints.items())])]
+                                      f"{p.baseline_mib:.0f}", f"{p.peak_mib:.0f}", f"{heap:.0f}"]
+                                     for n, (p, heap) in sorted(footprints.items())])]
     return "\n".join(text)
 
 
@@ -445,7 +508,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--rss-check", action="store_true",
-                        help="publish in a child process and report its peak RSS at each of --rss-sizes")
+                        help="run each of --rss-sizes in a process of its own: its peak RSS, the engine's heap")
     parser.add_argument("--rss-sizes", default="100000,1000000", help="comma-separated (default %(default)s)")
     parser.add_argument("--keep", action="store_true", help="keep the runs' topics and sink tables")
     parser.add_argument("--peer-rounds", type=int, default=2,
@@ -457,15 +520,16 @@ def main(argv: list[str] | None = None) -> None:
     settings = _settings()
     prefix = time.strftime("bench_%Y%m%d_%H%M%S")
     if args.tiny:
-        tiny = Run(f"{prefix}_tiny", 100)
-        _define([tiny], 1)
-        os.environ[PIPELINES_ENV] = json.dumps([{"name": tiny.name, "topic": tiny.topic, "output": tiny.output,
-                                                 "max_records": 101}])  # 100 records + 1 commit marker
-        print(tiny_batches(settings, tiny.name, f"{prefix}_tinypeer", 10, 100))
+        tiny, through = Run(f"{prefix}_tiny", 100), Run(f"{prefix}_tinyaf", 100)
+        _define([tiny, through], 1)
+        os.environ[PIPELINES_ENV] = json.dumps([{"name": r.name, "topic": r.topic, "output": r.output,
+                                                 "max_records": 101}  # 100 records + 1 commit marker
+                                                for r in (tiny, through)])
+        print(tiny_batches(settings, tiny.name, f"{prefix}_tinypeer", through.name, 10, 100))
         return
     sizes = [args.records]
     if args.rss_check:
-        sizes += [n for n in map(int, args.rss_sizes.split(",")) if n != args.records]
+        sizes += [int(n) for n in args.rss_sizes.split(",")]
     runs = [Run(f"{prefix}_{i}", n) for i, n in enumerate(sizes)]
     peers = [Run(f"{prefix}_p{i}", args.records) for i in range(args.peer_rounds)]
     _define(runs + peers, args.partitions)
@@ -478,13 +542,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.records:,} records of ~{RECORD_BYTES} B over {args.partitions} partitions in one batch "
           f"(input in transactions of {TRANSACTION_SIZE:,}, none aborted, none malformed)", flush=True)
 
-    generated, timings, published = run_pipeline(settings, runs[0], args.partitions, padding, args.rss_check)
+    generated, timings = run_pipeline(settings, runs[0], args.partitions, padding)
     copies = copy_ceilings(settings, args.records, args.partitions, padding, prefix)
     produce = produce_ceiling(settings, args.records, args.partitions, padding, f"{prefix}_ceiling")
-    footprints = {args.records: published} if args.rss_check else {}
+    footprints = {}
     for run in runs[1:]:
-        print(f"rss check: a second run of {run.records:,} records", flush=True)
-        footprints[run.records] = run_pipeline(settings, run, args.partitions, padding, True)[2]
+        print(f"rss check: a run of {run.records:,} records in a process of its own", flush=True)
+        footprints[run.records] = footprint(settings, run, args.partitions, padding)
     print("\n" + report(generated, timings, copies, produce, footprints))
     if peers:
         print("\n" + compare_with_peer(settings, peers, args.partitions, padding), flush=True)

@@ -167,6 +167,7 @@ def backfill(pipeline_name: str, ranges: Iterable[str] | None = None, time_from:
         return _run_backfill(settings, pipeline, requested, bounds, topic_ids, mode, kind, publish, owner, log,
                              progress)
     finally:
+        steps.release_publishers()
         leases.release(settings, pipeline.name, "backfill", owner)
 
 
@@ -250,6 +251,7 @@ def replay(pipeline_name: str, batch_id: int, log: Log = _quiet) -> ReplayReport
     try:
         return _run_replay(settings, pipeline, decide, owner, log)
     finally:
+        steps.release_publishers()
         leases.release(settings, pipeline.name, "backfill", owner)
 
 

@@ -19,7 +19,8 @@ from eosbatch import lease as leases
 from eosbatch.exceptions import EosbatchError, Fenced, TerminalError
 from eosbatch.kafka import marker, offsets
 from eosbatch.kafka.exceptions import MarkerExpired
-from eosbatch.kafka.publisher import Headers, TransactionalPublisher
+from eosbatch.kafka.publisher import Headers, publishing
+from eosbatch.kafka.publisher import release as release_publishers
 from eosbatch.ledger import sinks, store
 from eosbatch.ledger.exceptions import NotStaged, OffsetMismatch, RangeConflict, StagingLost
 from eosbatch.pipeline import Pipeline
@@ -306,9 +307,8 @@ def _publish_to_kafka(pipeline_name: str, batch_id: int, log: Log, epoch: int | 
     if pipeline.output is not None and batch.publish:
         check_output_topic(settings, pipeline)
     produced: int | None = None  # unknown when an earlier run published: the ledger keeps it unset
-    with TransactionalPublisher(settings, transactional_id(pipeline, batch),
-                                owner=f"batch {batch_id} of pipeline {pipeline.name!r}") as publisher:
-        publisher.init()  # fences older publishers first: only now is the marker trustworthy
+    with publishing(settings, transactional_id(pipeline, batch),
+                    owner=f"batch {batch_id} of pipeline {pipeline.name!r}") as publisher:
         found = marker.read(settings, batch.marker_group, [r.tp for r in batch.ranges])
         action = publish_action(batch.id, batch.ranges, found, legacy=batch.commit_seq is None,
                                 age_seconds=age, retention_seconds=config.marker_retention_seconds())
@@ -441,6 +441,7 @@ def run(pipeline_name: str, max_batches: int | None = None, log: Log = _quiet) -
                 break
             summary = summary.add(run_batch(pipeline_name, batch, log, owner))
     finally:
+        release_publishers()
         with contextlib.suppress(EosbatchError):  # a bad setting was reported by plan already
             leases.release(config.load(), pipeline_name, "regular", owner)
     return summary

@@ -31,6 +31,7 @@ LOGGER = "eosbatch.librdkafka"
 
 _lock = threading.Lock()
 _reached: set[str] = set()  # bootstrap lists that answered in this process
+_admins: dict[tuple[Any, ...], Admin] = {}  # see admin()
 
 
 class Admin(AdminClient):
@@ -142,7 +143,20 @@ def consumer(settings: Settings, **overrides: Any) -> Consumer:
 
 
 def admin(settings: Settings, **overrides: Any) -> Admin:
+    """An admin client; the one without overrides is kept for the rest of the process (per pid: a forked
+    child makes its own). A runner asks for metadata a few times per batch, and a new librdkafka client
+    costs its threads and a connection each time; a client reconnects by itself after a broker restart."""
+    key = (os.getpid(), settings.kafka_bootstrap, repr(sorted(settings.kafka_config.items())),
+           settings.connect_timeout_s)
+    if not overrides:
+        with _lock:
+            kept = _admins.get(key)
+        if kept is not None:
+            return kept
     reach(settings)
     made: Admin = _make(Admin, config(settings, **overrides))
     made.bootstrap = settings.kafka_bootstrap
+    if not overrides:
+        with _lock:
+            made = _admins.setdefault(key, made)
     return made

@@ -6,8 +6,12 @@ end offsets" proves the output was published; it also lets standard lag tools sh
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
@@ -22,10 +26,37 @@ _COORDINATOR_ERRORS = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_I
                        KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT}
 
 
+_KEPT = 4  # marker consumers kept per process: a runner's lanes (a backfill batch has a group of its own)
+_lock = threading.Lock()
+_kept: OrderedDict[tuple[Any, ...], Consumer] = OrderedDict()
+
+
 def consumer(settings: Settings, group: str) -> Consumer:
+    """A consumer of the marker group (it never subscribes: it only reads and names the group's offsets),
+    kept for the process's further batches: each new one costs a client and a coordinator lookup."""
+    key = (os.getpid(), settings.kafka_bootstrap, repr(sorted(settings.kafka_config.items())), group)
+    with _lock:
+        if key in _kept:
+            _kept.move_to_end(key)
+            return _kept[key]
     # read_committed makes OffsetFetch wait for pending transactional offsets (require_stable).
-    return clients.consumer(settings, **{"group.id": group, "enable.auto.commit": False,
+    made = clients.consumer(settings, **{"group.id": group, "enable.auto.commit": False,
                                          "isolation.level": "read_committed"})
+    with _lock:
+        _kept[key] = made
+        while len(_kept) > _KEPT:
+            _, old = _kept.popitem(last=False)
+            old.close()
+    return made
+
+
+def forget(settings: Settings, group: str) -> None:
+    """Close the kept consumer of `group` (after a failure, or when the group is deleted)."""
+    key = (os.getpid(), settings.kafka_bootstrap, repr(sorted(settings.kafka_config.items())), group)
+    with _lock:
+        found = _kept.pop(key, None)
+    if found is not None:
+        found.close()
 
 
 def read(settings: Settings, group: str, tps: Iterable[TopicPartition], timeout: float = 60.0
@@ -44,14 +75,16 @@ def read(settings: Settings, group: str, tps: Iterable[TopicPartition], timeout:
                         or time.monotonic() > deadline:
                     raise to_eosbatch(exc, f"reading marker group {group}", settings.kafka_bootstrap) from exc
                 time.sleep(0.5)
-    finally:
-        client.close()
+    except BaseException:
+        forget(settings, group)
+        raise
     return {TopicPartition(p.topic, p.partition): MarkerEntry(p.offset if p.offset >= 0 else None, p.metadata or "")
             for p in found}
 
 
 def delete_group(settings: Settings, group: str, log: Callable[[str], None]) -> bool:
     """Delete a marker group that is no longer needed; best effort (a failure leaves only clutter)."""
+    forget(settings, group)
     client = clients.admin(settings)  # held until the answer: a dropped client never resolves its futures
     future = client.delete_consumer_groups([group], request_timeout=30)[group]
     try:

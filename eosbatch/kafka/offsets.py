@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicCollection
 from confluent_kafka import TopicPartition as KafkaTP
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, OffsetSpec, TopicDescription
 
 from eosbatch.config import Settings
 from eosbatch.kafka import clients
@@ -26,37 +26,40 @@ def _where(client: AdminClient) -> str:
     return client.bootstrap if isinstance(client, clients.Admin) else "the configured bootstrap servers"
 
 
-def partitions(client: AdminClient, topics: Iterable[str], field: str = "source.topics") -> list[TopicPartition]:
-    try:
-        metadata = client.list_topics(timeout=TIMEOUT)
-    except KafkaException as exc:
-        raise to_eosbatch(exc, "listing topics", _where(client)) from exc
-    found: list[TopicPartition] = []
-    for topic in topics:
-        meta = metadata.topics.get(topic)
-        if meta is None or meta.error is not None:
-            raise TopicMissing(f"{field}: topic {topic!r} does not exist in Kafka")
-        found.extend(TopicPartition(topic, p) for p in sorted(meta.partitions))
+def describe(client: AdminClient, topics: Iterable[str], field: str = "source.topics",
+             bootstrap: str | None = None) -> dict[str, TopicDescription]:
+    """The topics' descriptions (ID, partitions) in one request that names only them: listing every topic of
+    the cluster costs what the cluster holds (thousands of topics), not what the pipeline reads."""
+    names = sorted(set(topics))
+    if not names:
+        return {}
+    futures = client.describe_topics(TopicCollection(names), request_timeout=TIMEOUT)
+    found: dict[str, TopicDescription] = {}
+    for name, future in futures.items():
+        try:
+            found[name] = future.result()
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise TopicMissing(f"{field}: topic {name!r} does not exist in Kafka") from None
+            raise to_eosbatch(exc, f"describing topic {name!r}", bootstrap or _where(client)) from exc
     return found
+
+
+def partitions(client: AdminClient, topics: Iterable[str], field: str = "source.topics") -> list[TopicPartition]:
+    topics = list(topics)
+    return _partitions(describe(client, topics, field), topics)
+
+
+def _partitions(described: dict[str, TopicDescription], topics: Iterable[str]) -> list[TopicPartition]:
+    return [TopicPartition(topic, p.id) for topic in topics
+            for p in sorted(described[topic].partitions, key=lambda p: p.id)]
 
 
 def topic_ids(settings: Settings, topics: Iterable[str], client: AdminClient | None = None) -> dict[str, str]:
     """Each topic's Kafka topic ID (KIP-516), as Kafka prints it (base64): a topic deleted and recreated under
     the same name gets a new one, which is how a plan tells it from the topic it was reading."""
-    client = client or admin(settings)
-    names = sorted(set(topics))
-    if not names:
-        return {}
-    futures = client.describe_topics(TopicCollection(names), request_timeout=TIMEOUT)
-    found: dict[str, str] = {}
-    for name, future in futures.items():
-        try:
-            found[name] = str(future.result().topic_id)
-        except KafkaException as exc:
-            if exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise TopicMissing(f"source.topics: topic {name!r} does not exist in Kafka") from None
-            raise to_eosbatch(exc, f"describing topic {name!r}", settings.kafka_bootstrap) from exc
-    return found
+    described = describe(client or admin(settings), topics, bootstrap=settings.kafka_bootstrap)
+    return {name: str(d.topic_id) for name, d in described.items()}
 
 
 def source_state(settings: Settings, topics: Iterable[str]
@@ -65,8 +68,9 @@ def source_state(settings: Settings, topics: Iterable[str]
     might belong to a topic recreated in between are never used (TopicChanging, transient)."""
     topics = list(topics)
     client = admin(settings)
-    before = topic_ids(settings, topics, client)
-    found = bounds(settings, topics)
+    described = describe(client, topics, bootstrap=settings.kafka_bootstrap)
+    before = {name: str(d.topic_id) for name, d in described.items()}
+    found = _bounds(settings, client, _partitions(described, topics))
     after = topic_ids(settings, topics, client)
     if before != after:
         changed = sorted(t for t in before if before[t] != after.get(t))
@@ -81,7 +85,11 @@ def bounds(settings: Settings, topics: Iterable[str]) -> dict[TopicPartition, Pa
     The LSO (ListOffsets latest with READ_COMMITTED) stops before the first open transaction, so a range
     that ends there never waits on, or reads around, an undecided transaction."""
     client = admin(settings)
-    tps = partitions(client, topics)
+    return _bounds(settings, client, partitions(client, topics))
+
+
+def _bounds(settings: Settings, client: AdminClient, tps: list[TopicPartition]
+            ) -> dict[TopicPartition, PartitionBounds]:
     if not tps:
         return {}
 

@@ -6,8 +6,11 @@ cannot fail; and its transaction is a small state machine whose methods check th
 
 from __future__ import annotations
 
+import contextlib
 import enum
-from collections.abc import Iterable
+import os
+import threading
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -40,7 +43,7 @@ class TransactionalPublisher:
         self._settings = settings
         self._transactional_id = transactional_id
         self._timeout_ms = settings.transaction_timeout_ms if transaction_timeout_ms is None else transaction_timeout_ms
-        self._owner = owner or f"transactional.id {transactional_id}"
+        self.owner = owner or f"transactional.id {transactional_id}"
         self._producer: Producer | None = None
         self.state = TxnState.NEW
         self.produced = 0
@@ -63,7 +66,7 @@ class TransactionalPublisher:
         broker_max = None
         if error is not None and error.code() == KafkaError.INVALID_TRANSACTION_TIMEOUT:
             broker_max = self._broker_max_timeout_ms()
-        return to_eosbatch(exc, doing, self._settings.kafka_bootstrap, owner=self._owner,
+        return to_eosbatch(exc, doing, self._settings.kafka_bootstrap, owner=self.owner,
                            transaction_timeout_ms=self._timeout_ms, broker_max_ms=broker_max)
 
     def _delivery_failed(self, error: KafkaError | None, _message: Any) -> None:
@@ -160,10 +163,9 @@ class TransactionalPublisher:
         self._require(TxnState.IN_TXN)
         producer = self._producer
         assert producer is not None
-        consumer = marker.consumer(settings, group)
+        group_metadata = marker.consumer(settings, group).consumer_group_metadata()
         try:
-            producer.send_offsets_to_transaction(marker.offsets_for(ranges, metadata),
-                                                 consumer.consumer_group_metadata(), TIMEOUT)
+            producer.send_offsets_to_transaction(marker.offsets_for(ranges, metadata), group_metadata, TIMEOUT)
             producer.commit_transaction(TIMEOUT)
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
@@ -171,11 +173,9 @@ class TransactionalPublisher:
                 self.abort()
                 if self._undelivered is not None:  # a record was refused: retrying refuses it again
                     raise self._fail(KafkaException(self._undelivered), "producing") from exc
-                raise KafkaUnavailable(f"{self._owner}: commit_transaction: aborted, retry the publish: "
+                raise KafkaUnavailable(f"{self.owner}: commit_transaction: aborted, retry the publish: "
                                        f"{error.str()}") from exc
             raise self._fail(exc, "commit_transaction") from exc
-        finally:
-            consumer.close()
         self.state = TxnState.READY
 
     def abort(self) -> None:
@@ -205,3 +205,46 @@ class TransactionalPublisher:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+_lock = threading.Lock()
+_kept: dict[tuple[Any, ...], TransactionalPublisher] = {}
+
+
+@contextlib.contextmanager
+def publishing(settings: Settings, transactional_id: str, owner: str) -> Iterator[TransactionalPublisher]:
+    """A READY publisher of `transactional_id` for one batch's transaction.
+
+    The one this process initialised for an earlier batch is reused while it is READY: init_transactions
+    costs a coordinator round trip and a new producer, and redoing it proves nothing more. A READY producer
+    has no transaction open, and any newer producer of the same id has fenced it, which its next call then
+    reports. After a failure the publisher is closed, so the next batch starts with init_transactions."""
+    key = (os.getpid(), settings.kafka_bootstrap, repr(sorted(settings.kafka_config.items())), transactional_id,
+           settings.transaction_timeout_ms)
+    with _lock:
+        publisher = _kept.pop(key, None)
+    if publisher is not None and publisher.state is TxnState.READY:
+        publisher.owner = owner
+    else:
+        publisher = TransactionalPublisher(settings, transactional_id, owner=owner)
+    kept = kept_already = False
+    try:
+        if publisher.state is TxnState.NEW:
+            publisher.init()  # fences older publishers first: only now is the marker trustworthy
+        yield publisher
+        kept = publisher.state is TxnState.READY
+    finally:
+        if kept:
+            with _lock:
+                kept_already = _kept.setdefault(key, publisher) is not publisher
+        if not kept or kept_already:
+            publisher.close()
+
+
+def release() -> None:
+    """Close the publishers kept by `publishing` (at the end of a run: their producers hold connections)."""
+    with _lock:
+        kept = list(_kept.values())
+        _kept.clear()
+    for publisher in kept:
+        publisher.close()

@@ -363,14 +363,17 @@ def legacy_outbox(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Composed
 
 
 def copy_dead_letters(cur: Cursor, pipeline: str, batch_id: int, writers: list[str]) -> int:
+    """Move the batch's staged dead letters; a record two writers staged (a re-run Spark stage) once."""
     cur.execute(
         """INSERT INTO eosbatch.dead_letters (pipeline, batch_id, topic, partition, incarnation, "offset", key, value,
                                               error)
-           SELECT %s, d.batch_id, d.topic, d.partition, COALESCE(r.incarnation, 0), d."offset", d.key, d.value, d.error
+           SELECT DISTINCT ON (d.topic, d.partition, d."offset")
+                  %s, d.batch_id, d.topic, d.partition, COALESCE(r.incarnation, 0), d."offset", d.key, d.value, d.error
              FROM eosbatch.staged_dead_letters d
              LEFT JOIN eosbatch.batch_ranges r ON r.batch_id = d.batch_id AND r.topic = d.topic
                                               AND r.partition = d.partition
             WHERE d.batch_id = %s AND d.writer = ANY(%s)
+            ORDER BY d.topic, d.partition, d."offset"
            ON CONFLICT (pipeline, topic, partition, incarnation, "offset")
            DO UPDATE SET batch_id = EXCLUDED.batch_id, error = EXCLUDED.error, created_at = now()""",
         (pipeline, batch_id, writers))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, NamedTuple, TypeAlias
@@ -130,23 +132,79 @@ def _check_revision(connection: psycopg2.extensions.connection, settings: Settin
     _schema_checked.add(settings.database_url)
 
 
+# Connections a finished transaction left open, per process and database: a runner makes about a dozen
+# short transactions per batch, and a new connection (a backend process) costs ~5 ms of it each time.
+_IDLE_KEPT = 2
+_idle_lock = threading.Lock()
+_idle: dict[tuple[int, str], list[psycopg2.extensions.connection]] = {}
+_inherited: list[Any] = []  # a forked child's copies of its parent's connections: never used, never closed
+
+
+def _after_fork() -> None:
+    # Closing (or freeing) a copy would send the server a Terminate on the parent's socket.
+    _inherited.extend(_idle.values())
+    _idle.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def _take(settings: Settings) -> psycopg2.extensions.connection:
+    """An idle connection that still answers (the server may have restarted since), else a new one."""
+    with _idle_lock:
+        kept = _idle.get((os.getpid(), settings.psycopg_dsn))
+        connection = kept.pop() if kept else None
+    if connection is not None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            connection.rollback()
+        except psycopg2.Error:
+            connection.close()
+            return connect(settings)
+        if settings.database_url not in _schema_checked:  # a migration ran since: check again, as connect does
+            try:
+                _check_revision(connection, settings)
+            except BaseException:
+                connection.close()
+                raise
+        return connection
+    return connect(settings)
+
+
+def _give_back(settings: Settings, connection: psycopg2.extensions.connection) -> None:
+    if not connection.closed and connection.status == psycopg2.extensions.STATUS_READY:
+        with _idle_lock:
+            kept = _idle.setdefault((os.getpid(), settings.psycopg_dsn), [])
+            if len(kept) < _IDLE_KEPT:
+                kept.append(connection)
+                return
+    connection.close()
+
+
 @contextlib.contextmanager
 def transaction(settings: Settings) -> Iterator[Cursor]:
     """One PostgreSQL transaction: committed when the block ends, rolled back on any exception.
 
     Errors about the database itself (unreachable, busy, access, no ledger) leave as eosbatch errors;
-    constraint violations and data errors stay psycopg2's, for the caller to decide."""
-    connection = connect(settings)
+    constraint violations and data errors stay psycopg2's, for the caller to decide. The connection is
+    kept for the process's next transaction when this one ended well, closed otherwise."""
+    connection = _take(settings)
+    ended_well = False
     try:
         with connection, connection.cursor() as cursor:
             yield cursor
+        ended_well = True
     except psycopg2.Error as exc:
         mapped = ledger_errors.to_eosbatch(exc, _where(settings))
         if mapped is None:
             raise
         raise mapped from exc
     finally:
-        connection.close()
+        if ended_well:
+            _give_back(settings, connection)
+        else:
+            connection.close()
 
 
 def lock_pipeline(cur: Cursor, name: str, lane: Lane = "regular") -> int:

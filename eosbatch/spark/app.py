@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from eosbatch import config, faults, registry
 from eosbatch.exceptions import TerminalError
@@ -12,7 +12,16 @@ from eosbatch.ledger import sinks, store
 from eosbatch.pipeline import Pipeline
 from eosbatch.spark import reader, schema
 from eosbatch.spark.session import on_own_session
-from eosbatch.spark.staging import RESULT_SCHEMA, StageTarget, WriterResult, stage_partition
+from eosbatch.spark.staging import (
+    DEAD_ROWS,
+    DEAD_WRITER,
+    RESULT_SCHEMA,
+    StageTarget,
+    WriterResult,
+    dead_writers,
+    split_dead_letters,
+    stage_partition,
+)
 
 
 def process(pipeline_name: str, batch_id: int, log: Any = print) -> dict[str, int]:
@@ -23,8 +32,9 @@ def process(pipeline_name: str, batch_id: int, log: Any = print) -> dict[str, in
 def process_on(spark: Any, pipeline_name: str, batch_id: int, log: Any, fault: dict[str, str]) -> dict[str, int]:
     """Stage one planned batch on `spark` (a classic or a Spark Connect session) and mark it staged.
 
-    One Spark action: the dead letters and the transform's rows are staged by the two branches of one
-    union, and the records read are counted by an observation on the way; only tags and counts come back."""
+    One Spark action, one pass over the ranges: malformed records are staged as dead letters on the way
+    in, the transform's rows at the end; the records read and the dead letters' writers come back through
+    an observation, the sink's writers as the action's rows. Only tags and counts reach the driver."""
     settings = config.load()
     pipeline: Pipeline = registry.get(pipeline_name)
     with store.transaction(settings) as cur:
@@ -34,33 +44,24 @@ def process_on(spark: Any, pipeline_name: str, batch_id: int, log: Any, fault: d
         raise TerminalError(f"batch {batch_id} is {batch.state}; only a planned batch can be processed")
     started = time.monotonic()
     nonce = uuid.uuid4().hex[:12]  # this run's writers; a retried driver gets new tags
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
-
     parsed = reader.parse(reader.read_ranges(spark, settings, list(batch.ranges)), pipeline.source)
-    good_rows = Observation(f"eosbatch_good_{nonce}")
-    good = (parsed.where(F.col(reader.ERROR_COLUMN).isNull()).drop(reader.ERROR_COLUMN)
-            .observe(good_rows, F.count(F.lit(1)).alias("rows")))
-    result = pipeline.transform(good)
+    good = _split_dead_letters(parsed, reader.records_schema(pipeline.source), settings.psycopg_dsn, nonce, batch_id)
+    result = pipeline.transform(good.rows)
     columns = schema.columns(result.schema)
     names = [c.name for c in columns]
     with store.transaction(settings) as cur:
         sinks.ensure_tables(cur, pipeline, columns)
         sink_target = StageTarget("sink", sinks.stage_copy_target(pipeline, names).as_string(cur.connection))
-    dead_target = StageTarget("dead_letters", "eosbatch.staged_dead_letters")
-    dsn = settings.psycopg_dsn
-    dead = (parsed.where(F.col(reader.ERROR_COLUMN).isNotNull())
-            .select("topic", "partition", "offset", "key", "value", reader.ERROR_COLUMN))
-    staged = (dead.mapInArrow(stage_partition(dsn, dead_target, nonce, batch_id, fault), RESULT_SCHEMA)
-              .unionByName(result.mapInArrow(stage_partition(dsn, sink_target, nonce, batch_id, fault),
-                                              RESULT_SCHEMA))
+    staged = (result.mapInArrow(stage_partition(settings.psycopg_dsn, sink_target, nonce, batch_id, fault),
+                                RESULT_SCHEMA)
               .collect())
-    results = {kind: [WriterResult(r["writer"], r["rows"]) for r in staged if r["kind"] == kind]
-               for kind in ("sink", "dead_letters")}
-    dead_count = sum(r.rows for r in results["dead_letters"])
-    writers = {"sink": _counts(results["sink"]), "dead_letters": _counts(results["dead_letters"]), "columns": names}
-    counts = {"records_read": int(good_rows.get["rows"]) + dead_count,
-              "sink_rows_staged": sum(r.rows for r in results["sink"]), "dead_letters": dead_count}
+    sink_writers = [WriterResult(r["writer"], r["rows"]) for r in staged]
+    observed = good.observation.get
+    dead = dead_writers(observed["dead"])
+    writers = {"sink": _counts(sink_writers), "dead_letters": {w: n for w, n in sorted(dead.items()) if n > 0},
+               "columns": names}
+    counts = {"records_read": int(observed["rows"]) + sum(dead.values()),
+              "sink_rows_staged": sum(r.rows for r in sink_writers), "dead_letters": sum(dead.values())}
     faults.point("process.before_staged")
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id, lock=True)
@@ -71,6 +72,32 @@ def process_on(spark: Any, pipeline_name: str, batch_id: int, log: Any, fault: d
         f"and {counts['dead_letters']} dead letters in {time.monotonic() - started:.1f}s")
     faults.point("process.after_staged")
     return counts
+
+
+class _Good(NamedTuple):
+    rows: Any         # DataFrame: the well-formed records, for the transform
+    observation: Any  # Observation: their count ("rows") and the dead letters' writers ("dead")
+
+
+def _split_dead_letters(parsed: Any, records: Any, dsn: str, nonce: str, batch_id: int) -> _Good:
+    """The records (of schema `records`) minus the malformed ones, which are staged on the way (one pass)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    kept = records.fields
+    split_schema = StructType([*(StructField(f.name, f.dataType, True) for f in kept),
+                               StructField(DEAD_WRITER, StringType(), True), StructField(DEAD_ROWS, LongType(), True)])
+    split = parsed.mapInArrow(split_dead_letters(dsn, reader.ERROR_COLUMN, nonce, batch_id), split_schema)
+    report = F.col(DEAD_WRITER).isNotNull()
+    observation = Observation(f"eosbatch_{nonce}")
+    rows = (split.observe(observation,
+                          F.count(F.when(~report, F.lit(1))).alias("rows"),
+                          # a string: Spark Connect (4.0) cannot return an array as an observed metric
+                          F.concat_ws(";", F.collect_list(F.when(report, F.concat_ws(
+                              "=", F.col(DEAD_WRITER), F.col(DEAD_ROWS).cast("string"))))).alias("dead"))
+            .where(~report).drop(DEAD_WRITER, DEAD_ROWS))
+    return _Good(rows, observation)
 
 
 def _counts(results: list[WriterResult]) -> dict[str, int]:

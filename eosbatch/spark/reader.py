@@ -12,6 +12,7 @@ from eosbatch.protocol.ranges import OffsetRange
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 ERROR_COLUMN = "_eosbatch_error"
 _CORRUPT = "_eosbatch_corrupt"
@@ -43,15 +44,39 @@ def read_ranges(spark: SparkSession, settings: Settings, ranges: list[OffsetRang
             .load())
 
 
+# The Kafka source's columns (without headers), fixed by the connector: knowing them spares the Spark
+# Connect client a round trip to the server per batch to ask.
+KAFKA_COLUMNS = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, " \
+                "timestampType INT"
+
+
+def _struct(ddl: str) -> StructType:
+    from pyspark.sql.types import StructType
+
+    parsed = StructType.fromDDL(ddl)
+    assert isinstance(parsed, StructType), "a DDL field list parses to a struct"
+    return parsed
+
+
+def records_schema(source: KafkaSource) -> StructType:
+    """What `parse` gives, without the error column: the Kafka columns, then the value's declared fields
+    (all nullable: a record missing a required one is a dead letter, not a failed read)."""
+    from pyspark.sql.types import StructField, StructType
+
+    kafka = _struct(KAFKA_COLUMNS)
+    declared = _struct(source.value_schema) if source.value_schema is not None else StructType([])
+    return StructType([*kafka.fields, *(StructField(f.name, f.dataType, True) for f in declared.fields)])
+
+
 def parse(df: DataFrame, source: KafkaSource) -> DataFrame:
     """Add the value's JSON fields as columns and an error column: set (never null) for a malformed record."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
+    kafka = _struct(KAFKA_COLUMNS).fieldNames()
     if source.value_schema is None:
-        return df.withColumn(ERROR_COLUMN, F.lit(None).cast("string"))
-    declared = StructType.fromDDL(source.value_schema)
-    assert isinstance(declared, StructType), "a DDL field list parses to a struct"
+        return df.select(*kafka, F.lit(None).cast("string").alias(ERROR_COLUMN))
+    declared = _struct(source.value_schema)
     # Parsed as nullable so that a missing required field is reported by name instead of failing the read.
     relaxed = StructType([StructField(f.name, f.dataType, True) for f in declared.fields]
                          + [StructField(_CORRUPT, StringType(), True)])
@@ -67,4 +92,4 @@ def parse(df: DataFrame, source: KafkaSource) -> DataFrame:
     for condition, message in checks[1:]:
         error = error.when(condition, message)
     fields = [F.col(f"_eosbatch_parsed.`{f.name}`").alias(f.name) for f in declared.fields]
-    return out.select(*df.columns, *fields, error.alias(ERROR_COLUMN))
+    return out.select(*kafka, *fields, error.alias(ERROR_COLUMN))
