@@ -39,9 +39,12 @@ def run(pipeline: str, max_batches: int | None = None, log: Log = print) -> step
     return steps.run(pipeline, max_batches=max_batches, log=log)
 
 
-def verify(pipeline: str, recompute: bool = True, log: Log = print) -> Any:
-    from eosbatch.verify import audit
+def verify(pipeline: str, recompute: bool = True, log: Log = print, batch_id: int | None = None) -> Any:
+    """The whole audit, or the cheap check of one finished batch (`batch_id`)."""
+    from eosbatch.verify import audit, audit_batch
 
+    if batch_id is not None:
+        return audit_batch(pipeline, batch_id)
     return audit(pipeline, recompute=recompute, log=log)
 
 

@@ -31,14 +31,20 @@ class Record(NamedTuple):
     headers: dict[str, bytes]
 
 
-def read_topic(settings: Settings, topic: str, isolation: str = "read_committed", timeout: float = 120.0
-               ) -> list[Record]:
-    """Every record of `topic` that a consumer with `isolation` sees, from the start to the end offsets."""
+def read_topic(settings: Settings, topic: str, isolation: str = "read_committed", timeout: float = 120.0,
+               since_ms: int | None = None) -> list[Record]:
+    """Every record of `topic` that a consumer with `isolation` sees, from the start (or the first record
+    stamped at or after `since_ms`) to the end offsets."""
     client = clients.consumer(settings, **{"group.id": "eosbatch-verify", "enable.auto.commit": False,
                                            "isolation.level": isolation, "enable.partition.eof": True})
     tps = partitions(admin(settings), [topic])
     ends = {tp.partition: client.get_watermark_offsets(KafkaTP(topic, tp.partition), timeout=30)
             for tp in tps}
+    if since_ms is not None:
+        found = client.offsets_for_times([KafkaTP(topic, p, since_ms) for p in ends], timeout=30)
+        # -1: no record that recent; the partition has nothing to read
+        ends = {t.partition: (t.offset if t.offset >= 0 else ends[t.partition][1], ends[t.partition][1])
+                for t in found}
     assigned = [KafkaTP(topic, p, low) for p, (low, high) in ends.items() if high > low]
     records: list[Record] = []
     if not assigned:
@@ -137,10 +143,16 @@ def declared_gaps(settings: Settings, pipeline: str) -> list[str]:
 OVERSIZE_PREFIX = "output record of "  # dead letters of rows too big to publish (ledger.sinks.move_to_sink)
 
 
+_MARKS = {True: "ok  ", False: "FAIL", None: "skip"}
+
+
 class Finding(NamedTuple):
     check: str
     ok: bool | None     # None: skipped (the reason says why)
     detail: str
+
+    def line(self) -> str:
+        return f"{_MARKS[self.ok]} {self.check}: {self.detail}"
 
 
 class Audit(NamedTuple):
@@ -331,3 +343,54 @@ def _sink_vs_input(settings: Settings, pipeline: Any) -> list[Finding]:
                             f"{sorted(malformed - dead)[:3]}), {len(dead - malformed)} dead letters are not "
                             "malformed"))
     return findings
+
+
+# ---------------------------------------------------------------- one batch: `eosbatch verify PIPELINE --batch N`
+
+CLOCK_SLACK_MS = 5 * 60_000  # output records are stamped by the publisher's clock, the commit by PostgreSQL's
+
+
+def audit_batch(pipeline_name: str, batch_id: int) -> Audit:
+    """A cheap check of one finished batch, for the end of each run: its ranges are what it committed, the
+    ledger's dead-letter count is what the dead-letter table holds for it, and its output records (found
+    in the output topic, read_committed, by their headers, from its commit time on) are exactly the
+    commit's count, each once."""
+    from eosbatch import config, registry
+
+    settings = config.load()
+    pipeline = registry.get(pipeline_name)
+    with store.transaction(settings) as cur:
+        batch = store.get_batch(cur, batch_id)
+        cur.execute('SELECT topic, partition, lower(offsets), upper(offsets) FROM eosbatch.committed_ranges '
+                    'WHERE batch_id = %s ORDER BY 1, 2, 3', (batch_id,))
+        committed = sorted(OffsetRange(t, p, lo, hi) for t, p, lo, hi in cur.fetchall())
+        cur.execute("SELECT count(*) FROM eosbatch.dead_letters WHERE pipeline = %s AND batch_id = %s",
+                    (pipeline.name, batch_id))
+        dead = int(cur.fetchone()[0])
+    name = f"{pipeline.name} batch {batch_id}"
+    if batch.pipeline != pipeline.name:
+        return Audit(name, [Finding("batch", False, f"batch {batch_id} belongs to pipeline {batch.pipeline}")])
+    if batch.state != "published":
+        return Audit(name, [Finding("batch", None, f"{batch.state}: only a published batch is checked")])
+    findings = [Finding("batch", True, f"published, {len(batch.ranges)} ranges")]
+    planned = sorted(batch.ranges)
+    if batch.kind in ("regular", "backfill"):
+        findings.append(Finding("coverage", committed == planned, "its ranges are the committed ones"
+                                if committed == planned else f"planned {planned}, committed {committed}"))
+    findings.append(Finding("dead letters", dead == batch.dead_letters,
+                            f"{dead} in eosbatch.dead_letters, as the ledger says" if dead == batch.dead_letters
+                            else f"the ledger says {batch.dead_letters}, eosbatch.dead_letters holds {dead}"))
+    if pipeline.output is None:
+        return Audit(name, findings)
+    expected = (batch.outbox_records or 0) if batch.publish else 0
+    since = int(batch.committed_at.timestamp() * 1000) - CLOCK_SLACK_MS if batch.committed_at else None
+    ours = [r for r in _ours(read_topic(settings, pipeline.output.topic, since_ms=since), pipeline.name)
+            if r.headers.get("eosbatch.batch") == str(batch_id).encode()]
+    seqs = Counter(r.headers.get("eosbatch.seq") for r in ours)
+    repeated = sorted(int(s) for s, n in seqs.items() if s is not None and n > 1)
+    good = len(ours) == expected and not repeated and batch.published_records in (None, expected)
+    findings.append(Finding("output", good, f"{len(ours)} records in {pipeline.output.topic}, as committed, "
+                            "each once" if good else f"the commit wrote {expected} to the outbox, the ledger says "
+                            f"{batch.published_records} published, {pipeline.output.topic} holds {len(ours)} "
+                            f"(repeated seq: {repeated[:5]})"))
+    return Audit(name, findings)

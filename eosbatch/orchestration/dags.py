@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk import DAG, Param, TaskGroup, get_current_context, task
 
 from eosbatch.orchestration import params, tasks
 
@@ -45,51 +45,90 @@ def _defaults() -> dict[str, Any]:
     return {"owner": "eosbatch", "retries": RETRIES, "retry_delay": RETRY_DELAY}
 
 
+def microbatch_group(pipeline: Pipeline, group_id: str = "eosbatch", prefix_group_id: bool = True,
+                     verify: bool = False) -> TaskGroup:
+    """One micro-batch of `pipeline` as a TaskGroup for a DAG of your own (call it inside `with DAG(...)`):
+    plan -> process -> commit -> publish -> finalize, `abort` after a failed process or commit, and `done`.
+
+    Put your tasks before or after it (`extract >> microbatch_group(p) >> report`): your downstream tasks
+    hang on `done`, which succeeds when the batch was published *or* there was nothing to do (a caught-up
+    plan skips only the group's own tasks), and fails when the batch did. `done` returns the batch's counts
+    (XCom). Task ids are prefixed with the group id (`eosbatch.plan`) unless `prefix_group_id=False`. The
+    tasks carry eosbatch's own retries, whatever your DAG's default_args say. With `verify`, a `verify`
+    task after `finalize` checks the batch just published (`eosbatch verify --batch`); a violation fails it,
+    naming what broke, and so the run."""
+    name = pipeline.name
+    retry: dict[str, Any] = {"retries": RETRIES, "retry_delay": RETRY_DELAY}
+    with TaskGroup(group_id=group_id, prefix_group_id=prefix_group_id, tooltip=f"eosbatch micro-batch of {name}",
+                   ) as group:
+
+        # Only the group's tasks that take the planned batch are skipped: nothing past `done` is.
+        @task.short_circuit(task_id="plan", ignore_downstream_trigger_rules=False, **retry)
+        def plan() -> int | None:
+            """Recover unfinished batches, then plan the next one up to the last stable offset."""
+            return tasks.plan(name, _owner())
+
+        @task(task_id="process", **retry)
+        def process(batch_id: int) -> None:
+            """Run the batch on the Spark engine: read the planned ranges, stage results and dead letters."""
+            tasks.process(name, batch_id, _owner())
+
+        @task(task_id="commit", **retry)
+        def commit(batch_id: int) -> dict[str, Any]:
+            """One PostgreSQL transaction: sink upsert, dead letters, offsets. After it, only roll forward."""
+            return tasks.commit(name, batch_id, _owner())
+
+        @task(task_id="publish", **retry)
+        def publish(batch_id: int) -> int | None:
+            """One Kafka transaction: the output records and the marker."""
+            return tasks.publish(name, batch_id, _owner())
+
+        @task(task_id="finalize", **retry)
+        def finalize(batch_id: int, produced: int | None) -> str:
+            return tasks.finalize(name, batch_id, produced, _owner())
+
+        @task(task_id="abort", trigger_rule="one_failed", **retry)
+        def abort(plan_task: str) -> list[int]:
+            """After a failed process or commit: abort the batch unless it committed."""
+            context = get_current_context()
+            batch_id = context["ti"].xcom_pull(task_ids=plan_task)
+            return tasks.abort(name, batch_id, context["run_id"], _owner())
+
+        @task(task_id="done", trigger_rule="none_failed", **retry)
+        def done(plan_task: str) -> dict[str, Any]:
+            """The batch's counts (read, sink rows, dead letters, published), or `caught_up`."""
+            return tasks.summary(name, get_current_context()["ti"].xcom_pull(task_ids=plan_task))
+
+        planned: Any = plan()  # an XComArg: the planned batch id, resolved when each task runs
+        batch = planned
+        processed = process(batch)
+        committed = commit(batch)
+        published: Any = publish(batch)
+        processed >> committed >> published
+        finalized = finalize(batch, published)
+        if verify:
+
+            @task(task_id="verify", retries=1, retry_delay=RETRY_DELAY)
+            def check(batch_id: int) -> list[str]:
+                """The cheap per-batch check: ranges, dead letters, the output records of this batch."""
+                return tasks.verify_batch(name, batch_id)
+
+            checked = check(batch)
+            finalized >> checked
+            finalized = checked
+        aborted = abort(planned.operator.task_id)
+        [processed, committed] >> aborted
+        [finalized, aborted] >> done(planned.operator.task_id)
+    return group
+
+
 def microbatch_dag(pipeline: Pipeline) -> DAG:
     name = pipeline.name
     with DAG(dag_id=dag_id(name), schedule=pipeline.schedule, start_date=START, catchup=False,
              max_active_runs=1, default_args=_defaults(), tags=[*TAGS, name],
              description=f"eosbatch micro-batch of {name}: plan -> process -> commit -> publish -> finalize",
              doc_md=__doc__) as dag:
-
-        @task.short_circuit(task_id="plan")
-        def plan() -> int | None:
-            """Recover unfinished batches, then plan the next one up to the last stable offset."""
-            return tasks.plan(name, _owner())
-
-        @task(task_id="process")
-        def process(batch_id: int) -> None:
-            """spark-submit of the Spark app: reads the planned ranges, stages the results."""
-            tasks.process(name, batch_id, _owner())
-
-        @task(task_id="commit")
-        def commit(batch_id: int) -> dict[str, Any]:
-            """One PostgreSQL transaction: sink upsert, dead letters, offsets. After it, only roll forward."""
-            return tasks.commit(name, batch_id, _owner())
-
-        @task(task_id="publish")
-        def publish(batch_id: int) -> int | None:
-            """One Kafka transaction: the output records and the marker."""
-            return tasks.publish(name, batch_id, _owner())
-
-        @task(task_id="finalize")
-        def finalize(batch_id: int, produced: int | None) -> str:
-            return tasks.finalize(name, batch_id, produced, _owner())
-
-        @task(task_id="abort", trigger_rule="one_failed")
-        def abort() -> list[int]:
-            """After a failed process or commit: abort the batch unless it committed."""
-            context = get_current_context()
-            batch_id = context["ti"].xcom_pull(task_ids="plan")
-            return tasks.abort(name, batch_id, context["run_id"], _owner())
-
-        batch: Any = plan()  # an XComArg: the planned batch id, resolved when each task runs
-        processed = process(batch)
-        committed = commit(batch)
-        published: Any = publish(batch)
-        processed >> committed >> published
-        finalize(batch, published)
-        [processed, committed] >> abort()
+        microbatch_group(pipeline, prefix_group_id=False)
     return dag
 
 

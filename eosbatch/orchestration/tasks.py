@@ -148,6 +148,44 @@ def abort(pipeline: str, batch_id: int | None, run_id: str, owner: str | None = 
     return aborted
 
 
+def summary(pipeline: str, batch_id: int | None) -> dict[str, Any]:
+    """What a micro-batch run did, from the ledger: the batch's state and counts, or that it was caught up."""
+    if batch_id is None:
+        return {"pipeline": pipeline, "caught_up": True}
+    _prepare("done")
+    from eosbatch import config
+    from eosbatch.ledger import store
+
+    with _terminal_fails_for_good("done"), store.transaction(config.load()) as cur:
+        batch = store.get_batch(cur, batch_id)
+    counts = {"pipeline": pipeline, "caught_up": False, "batch": batch.id, "state": batch.state,
+              "ranges": [str(r) for r in batch.ranges], "records_read": batch.records_read,
+              "sink_rows": batch.sink_rows, "dead_letters": batch.dead_letters,
+              "published": batch.published_records}
+    _log(f"batch {batch.id}: {batch.state}; read {batch.records_read}, sink rows {batch.sink_rows}, "
+         f"dead letters {batch.dead_letters}, published {batch.published_records}")
+    return counts
+
+
+def verify_batch(pipeline: str, batch_id: int) -> list[str]:
+    """`eosbatch verify PIPELINE --batch N` as a task: the findings as lines; a violation fails the task
+    for good (AirflowFailException), naming what broke."""
+    _prepare("verify")
+    from eosbatch import commands
+
+    with _terminal_fails_for_good("verify"):
+        audit = commands.verify(pipeline, batch_id=batch_id)
+    lines = [finding.line() for finding in audit.findings]
+    for line in lines:
+        _log(line)
+    if not audit.ok:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        broke = "; ".join(f"{f.check}: {f.detail}" for f in audit.violations)
+        raise AirflowFailException(f"verify {audit.pipeline}: VIOLATION: {broke}")
+    return lines
+
+
 # ---------------------------------------------------------------- backfill and replay
 
 def backfill(pipeline: str, conf: dict[str, Any], dry_run: bool) -> dict[str, Any]:

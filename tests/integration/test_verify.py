@@ -50,3 +50,33 @@ def test_verify_fails_when_a_published_batch_has_fewer_output_records_than_it_co
     short = verify(scenario, "--no-recompute")
     assert short.returncode == 1, short.stdout
     assert "FAIL output" in short.stdout
+
+
+def test_verify_batch_checks_one_batch_and_names_a_duplicate_output_record(settings, unique):
+    """`verify --batch N`: the cheap check at the end of a run. A record of batch N written a second time
+    (what a zombie publisher outside any transaction would do) is found through its headers."""
+    from confluent_kafka import Producer
+
+    from eosbatch.verify import read_topic
+
+    scenario = Scenario(settings, unique, "latest", records=1200, batch=800)
+    assert scenario.run().returncode == 0
+    batches = [i for i, _, state in scenario.batches() if state == "published"]
+    assert len(batches) >= 2
+    for batch_id in batches:
+        clean = verify(scenario, "--batch", str(batch_id))
+        assert clean.returncode == 0, clean.stdout + clean.stderr[-2000:]
+        assert "ok   output" in clean.stdout and "ok   dead letters" in clean.stdout
+        assert "ok   coverage" in clean.stdout
+
+    last = batches[-1]
+    victim = next(r for r in read_topic(settings, scenario.output)
+                  if r.headers.get("eosbatch.batch") == str(last).encode())
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap})
+    producer.produce(scenario.output, key=victim.key, value=victim.value, headers=list(victim.headers.items()),
+                     partition=victim.partition)
+    assert producer.flush(30) == 0
+    duplicated = verify(scenario, "--batch", str(last))
+    assert duplicated.returncode == 1, duplicated.stdout
+    assert "FAIL output" in duplicated.stdout and "repeated seq" in duplicated.stdout
+    assert verify(scenario, "--batch", str(batches[0])).returncode == 0  # the other batch is untouched

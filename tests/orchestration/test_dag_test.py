@@ -38,7 +38,7 @@ def test_dag_test_of_micro_batch_backfill_and_replay_dags(history: Scenario) -> 
     assert run.state == "success"
     assert {ti.task_id: ti.state for ti in run.get_task_instances()} == {
         "plan": "success", "process": "skipped", "commit": "skipped", "publish": "skipped",
-        "finalize": "skipped", "abort": "skipped"}
+        "finalize": "skipped", "abort": "skipped", "done": "success"}
     assert history.batches() == []
 
     history.produce(600)  # new input: the next micro-batch run processes it
@@ -46,7 +46,7 @@ def test_dag_test_of_micro_batch_backfill_and_replay_dags(history: Scenario) -> 
     assert run.state == "success"
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states == {"plan": "success", "process": "success", "commit": "success", "publish": "success",
-                      "finalize": "success", "abort": "skipped"}
+                      "finalize": "success", "abort": "skipped", "done": "success"}
     assert [(kind, state) for _, kind, state in history.batches()] == [("regular", "published")]
 
     # The history before the start: a backfill over a time window that holds all of it.
@@ -65,3 +65,89 @@ def test_dag_test_of_micro_batch_backfill_and_replay_dags(history: Scenario) -> 
     assert replay.state == "success"
     assert len(history.batches()) == 2
     history.assert_exactly_once(from_log_start=True)
+
+
+USERS_DAG = """
+from datetime import UTC, datetime
+
+from airflow.sdk import DAG, get_current_context, task
+
+from eosbatch import registry
+from eosbatch.orchestration.dags import microbatch_group
+
+with DAG(dag_id="users_own_{pipeline}", schedule=None, start_date=datetime(2024, 1, 1, tzinfo=UTC),
+         catchup=False) as dag:
+
+    @task
+    def extract() -> str:
+        return "upstream work"
+
+    @task
+    def report(counts: dict) -> dict:  # as the README shows it
+        assert get_current_context()["ti"].xcom_pull(task_ids="eosbatch.done") == counts
+        return counts
+
+    group = microbatch_group(registry.get("{pipeline}"))
+    extract() >> group
+    report(group.children["eosbatch.done"].output)
+"""
+
+
+def test_task_group_in_a_dag_of_ones_own(history: Scenario, tmp_path, monkeypatch) -> None:
+    """The micro-batch as a TaskGroup between a user's own tasks, in a DAG file of the user's (a bundle of
+    its own): a caught-up run skips only the group's tasks (the user's task after it runs), XCom works with
+    the prefixed ids, and `done` returns the counts."""
+    import importlib.util
+    import json
+
+    from airflow.configuration import conf
+
+    bundles = json.loads(conf.get("dag_processor", "dag_bundle_config_list"))
+    bundles.append({"name": f"users-{history.suffix}", "kwargs": {"path": str(tmp_path)},
+                    "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle"})
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps(bundles))
+    source = tmp_path / "users_own.py"
+    source.write_text(USERS_DAG.replace("{pipeline}", history.pipeline))
+    spec = importlib.util.spec_from_file_location(f"users_own_{history.suffix}", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    dag = module.dag
+
+    def outcome(run) -> tuple[dict[str, str], dict]:
+        instances = {ti.task_id: ti for ti in run.get_task_instances()}
+        return {k: ti.state for k, ti in instances.items()}, instances["report"].xcom_pull(task_ids="report")
+
+    run = dag.test()  # caught up: the group's tasks skip, the user's report still runs
+    states, counts = outcome(run)
+    assert run.state == "success"
+    assert states == {"extract": "success", "eosbatch.plan": "success", "eosbatch.process": "skipped",
+                      "eosbatch.commit": "skipped", "eosbatch.publish": "skipped", "eosbatch.finalize": "skipped",
+                      "eosbatch.abort": "skipped", "eosbatch.done": "success", "report": "success"}
+    assert counts == {"pipeline": history.pipeline, "caught_up": True}
+
+    history.produce(500)
+    run = dag.test()
+    states, counts = outcome(run)
+    assert run.state == "success"
+    assert {k for k, v in states.items() if v != "success"} == {"eosbatch.abort"}
+    [(batch_id, kind, state)] = history.batches()
+    assert (kind, state) == ("regular", "published")
+    sink = history.sink()
+    assert counts["batch"] == batch_id and counts["state"] == "published" and not counts["caught_up"]
+    assert counts["sink_rows"] == len(sink) > 0 and counts["published"] == len(sink)
+    # Exactly-once over the batch's ranges (the history before the start is a backfill's, not this run's).
+    from eosbatch.ledger import store
+    from eosbatch.verify import check_output, read_topic
+    from examples.orders import generate
+
+    with store.transaction(history.settings) as cur:
+        ranges = store.get_batch(cur, batch_id).ranges
+        cur.execute("SELECT count(*) FROM eosbatch.dead_letters WHERE pipeline = %s", (history.pipeline,))
+        dead = cur.fetchone()[0]
+    inputs = [r for r in read_topic(history.settings, history.input)
+              if any(x.partition == r.partition and x.start <= r.offset < x.end for x in ranges)]
+    orders, malformed = generate.valid_orders(inputs)
+    assert sink == {k: v["amount"] for k, v in generate.expected_latest(orders).items()}
+    assert dead == malformed
+    assert check_output(history.settings, history.pipeline, history.output).ok

@@ -54,7 +54,7 @@ def test_dag_file_imports_without_errors_into_three_dags_per_pipeline(dagbag) ->
 def test_micro_batch_dag(dagbag, pipeline) -> None:
     dag = dagbag.get_dag(f"eosbatch__{pipeline}")
     assert dag.max_active_runs == 1 and dag.catchup is False
-    assert set(dag.task_ids) == {"plan", "process", "commit", "publish", "finalize", "abort"}
+    assert set(dag.task_ids) == {"plan", "process", "commit", "publish", "finalize", "abort", "done"}
     chain = ["plan", "process", "commit", "publish", "finalize"]
     for upstream, downstream in zip(chain, chain[1:], strict=False):
         assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
@@ -63,6 +63,8 @@ def test_micro_batch_dag(dagbag, pipeline) -> None:
     assert abort.upstream_task_ids == {"process", "commit"}
     assert "abort" not in dag.get_task("publish").downstream_task_ids  # a committed batch only rolls forward
     assert type(dag.get_task("plan")).__name__ == "_ShortCircuitDecoratedOperator"
+    done = dag.get_task("done")  # what a user's tasks after the group hang on: it runs after a caught-up plan
+    assert done.trigger_rule == "none_failed" and done.upstream_task_ids == {"finalize", "abort"}
     for task in dag.tasks:
         assert task.retries >= 1, task.task_id
 
@@ -121,3 +123,17 @@ def test_a_broken_pipeline_module_is_an_import_error_naming_it(tmp_path) -> None
                           check=False)
     assert done.returncode != 0
     assert "EOSBATCH_PIPELINES: cannot import 'no_such_module_xyz'" in done.stderr
+
+
+def test_micro_batch_group_with_verify_in_a_users_dag(dagbag) -> None:
+    from airflow.sdk import DAG
+
+    from eosbatch import registry
+    from eosbatch.orchestration.dags import START, microbatch_group
+
+    with DAG(dag_id="users_dag", schedule=None, start_date=START) as dag:
+        microbatch_group(registry.get("order_totals"), group_id="orders", verify=True)
+    assert {t.split(".", 1)[0] for t in dag.task_ids} == {"orders"}
+    assert dag.get_task("orders.verify").upstream_task_ids == {"orders.finalize", "orders.plan"}
+    assert dag.get_task("orders.done").upstream_task_ids == {"orders.verify", "orders.abort"}
+    assert all(t.retries >= 1 for t in dag.tasks)

@@ -38,11 +38,13 @@ def test_micro_batch_dag_through_the_real_scheduler_is_exactly_once(scheduler: L
 
     assert run_to_end(scheduler, dag, "e2e-1") == "success"
     assert states(scheduler, dag, "e2e-1") == {"plan": "success", "process": "success", "commit": "success",
-                                               "publish": "success", "finalize": "success", "abort": "skipped"}
+                                               "publish": "success", "finalize": "success", "abort": "skipped",
+                                               "done": "success"}
     scenario.assert_exactly_once()
 
     assert run_to_end(scheduler, dag, "e2e-2") == "success"  # caught up: plan finds nothing, the rest skips
-    assert states(scheduler, dag, "e2e-2") == {"plan": "success", **dict.fromkeys(SKIPPED_AFTER_PLAN, "skipped")}
+    assert states(scheduler, dag, "e2e-2") == {"plan": "success", **dict.fromkeys(SKIPPED_AFTER_PLAN, "skipped"),
+                                               "done": "success"}
     assert scenario.states() == ["published"]
     scenario.assert_exactly_once()
     print(f"exactly-once: OK for {scenario.pipeline}: batches {scenario.batches()}")
