@@ -95,7 +95,7 @@ def _padding() -> int:
 
 def _define(runs: list[Run], partitions: int) -> None:
     """Describe the runs' pipelines to bench.pipelines, here and in every process that inherits the
-    environment (the spark-submit driver and its executors, the publish child)."""
+    environment (the spark-submit driver and its executors, the --rss-check run children)."""
     # Each input transaction leaves a commit marker offset in every partition: a batch of exactly N offsets
     # would leave the last records to a second batch.
     specs = [{"name": r.name, "topic": r.topic, "output": r.output,

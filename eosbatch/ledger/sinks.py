@@ -194,9 +194,21 @@ def _refuse_ambiguous_keys(cur: Cursor, pipeline: Pipeline, columns: list[str], 
     key_list = sql.SQL(", ").join(map(sql.Identifier, pipeline.sink.key))
     position = position_columns(columns)
     if position:
+        # min <> max finds a key staged from two sources in one hash aggregate (a count(DISTINCT ...) per key
+        # sorts every group: seconds on a batch of 300k rows); the sources are counted for that key only.
+        differs = sql.SQL(" OR ").join(sql.SQL("min({c}) <> max({c})").format(c=sql.Identifier(c))
+                                       for c in position[:-1])
+        cur.execute(sql.SQL("SELECT {k} {f} GROUP BY {k} HAVING {d} LIMIT 1").format(
+            k=key_list, f=_staged(pipeline), d=differs), params)
+        found = cur.fetchone()
+        if found is None:
+            return
         source = sql.SQL(", ").join(map(sql.Identifier, position[:-1]))
-        cur.execute(sql.SQL("SELECT {k}, count(DISTINCT ({s})) {f} GROUP BY {k} HAVING count(DISTINCT ({s})) > 1 "
-                            "LIMIT 1").format(k=key_list, s=source, f=_staged(pipeline)), params)
+        match = sql.SQL(" AND ").join(sql.SQL("{} = %(key_{})s").format(sql.Identifier(k), sql.SQL(str(i)))
+                                      for i, k in enumerate(pipeline.sink.key))
+        cur.execute(sql.SQL("SELECT {k}, count(DISTINCT ({s})) {f} AND {m} GROUP BY {k}").format(
+            k=key_list, s=source, f=_staged(pipeline), m=match),
+            {**params, **{f"key_{i}": v for i, v in enumerate(found)}})
         where = "partitions"
     else:
         cur.execute(sql.SQL("SELECT {k}, count(*) {f} GROUP BY {k} HAVING count(*) > 1 LIMIT 1").format(
