@@ -87,13 +87,21 @@ def connect(settings: Settings, check_schema: bool = True) -> psycopg2.extension
     except psycopg2.Error as exc:
         # libpq's message can include the URL; say where without the password.
         raise ledger_errors.connect_error(exc, _where(settings), timeout) from None
-    if check_schema and settings.database_url not in _schema_checked:
-        try:
-            _check_revision(connection, settings)
-        except BaseException:
-            connection.close()
-            raise
+    if check_schema:
+        _check_revision_once(connection, settings)
     return connection
+
+
+def _check_revision_once(connection: psycopg2.extensions.connection, settings: Settings) -> None:
+    """The ledger revision check, once per process and database (again after a migration); a connection
+    that fails it is closed."""
+    if settings.database_url in _schema_checked:
+        return
+    try:
+        _check_revision(connection, settings)
+    except BaseException:
+        connection.close()
+        raise
 
 
 # Databases whose ledger revision this process has checked (the check costs a query and reading the
@@ -162,12 +170,7 @@ def _take(settings: Settings) -> psycopg2.extensions.connection:
         except psycopg2.Error:
             connection.close()
             return connect(settings)
-        if settings.database_url not in _schema_checked:  # a migration ran since: check again, as connect does
-            try:
-                _check_revision(connection, settings)
-            except BaseException:
-                connection.close()
-                raise
+        _check_revision_once(connection, settings)  # a migration may have run since: as connect does
         return connection
     return connect(settings)
 
