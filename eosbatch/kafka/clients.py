@@ -32,6 +32,16 @@ LOGGER = "eosbatch.librdkafka"
 _lock = threading.Lock()
 _reached: set[str] = set()  # bootstrap lists that answered in this process
 _admins: dict[tuple[Any, ...], Admin] = {}  # see admin()
+_inherited: list[Any] = []  # a forked child's copies of its parent's clients: never used, never freed
+
+
+def _after_fork() -> None:
+    # Freeing a parent's librdkafka client in a child would wait for threads the child lacks.
+    _inherited.append(dict(_admins))
+    _admins.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 class Admin(AdminClient):

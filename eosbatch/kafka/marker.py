@@ -29,6 +29,16 @@ _COORDINATOR_ERRORS = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_I
 _KEPT = 4  # marker consumers kept per process: a runner's lanes (a backfill batch has a group of its own)
 _lock = threading.Lock()
 _kept: OrderedDict[tuple[Any, ...], Consumer] = OrderedDict()
+_inherited: list[Any] = []  # a forked child's copies of its parent's consumers: never closed, never freed
+
+
+def _after_fork() -> None:
+    # Closing (or freeing) a parent's librdkafka client in a child would wait for threads the child lacks.
+    _inherited.append(dict(_kept))
+    _kept.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def consumer(settings: Settings, group: str) -> Consumer:

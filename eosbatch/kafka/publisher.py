@@ -209,6 +209,16 @@ class TransactionalPublisher:
 
 _lock = threading.Lock()
 _kept: dict[tuple[Any, ...], TransactionalPublisher] = {}
+_inherited: list[Any] = []  # a forked child's copies of its parent's publishers: never used, never freed
+
+
+def _after_fork() -> None:
+    # Closing (or freeing) a parent's producer in a child would wait for threads the child lacks.
+    _inherited.append(dict(_kept))
+    _kept.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 @contextlib.contextmanager
