@@ -8,6 +8,7 @@ import random
 from decimal import Decimal
 from typing import NamedTuple
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic
 
 from eosbatch.config import Settings
@@ -28,7 +29,11 @@ def ensure_topics(settings: Settings, topics: dict[str, int]) -> None:
     existing = admin.list_topics(timeout=30).topics
     wanted = [NewTopic(name, partitions, 1) for name, partitions in topics.items() if name not in existing]
     for future in admin.create_topics(wanted).values() if wanted else ():
-        future.result()
+        try:
+            future.result()
+        except KafkaException as exc:  # created meanwhile, or listed by a broker that did not know it yet
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
 
 
 MALFORMED = [b"not json at all", b'{"order_id": "x-1", "customer_id": "c-1"}',
