@@ -352,6 +352,27 @@ def open_batches(cur: Cursor, pipeline: str, in_lane: Lane | None = None) -> lis
     return [b for b in found if in_lane is None or lane(b.kind) == in_lane]
 
 
+class Watermark(NamedTuple):
+    """Where a pipeline's commits stood: its last commit_seq, and its committed batches not yet published."""
+
+    commit_seq: int
+    unpublished: tuple[int, ...]
+
+
+def watermark(cur: Cursor, pipeline: str) -> Watermark:
+    cur.execute("SELECT coalesce((SELECT commit_seq FROM eosbatch.pipelines WHERE name = %s), 0), "
+                "ARRAY(SELECT id FROM eosbatch.batches WHERE pipeline = %s AND state = 'committed' ORDER BY id)",
+                (pipeline, pipeline))
+    seq, unpublished = cur.fetchone()
+    return Watermark(int(seq), tuple(unpublished))
+
+
+def changed_since(cur: Cursor, pipeline: str, mark: Watermark) -> list[Batch]:
+    """The batches committed after `mark`, and those committed before it that are published now."""
+    return _batches(cur, "pipeline = %s AND (commit_seq > %s OR (id = ANY(%s) AND state = 'published')) "
+                         "ORDER BY commit_seq, id", (pipeline, mark.commit_seq, list(mark.unpublished)))
+
+
 def recent_batches(cur: Cursor, pipeline: str, limit: int = 10) -> list[Batch]:
     return _batches(cur, "pipeline = %s ORDER BY id DESC LIMIT %s", (pipeline, limit))
 

@@ -4,7 +4,8 @@
   `abort` (trigger rule one_failed) after process/commit. When plan finds nothing new (caught up), the rest
   of the run is skipped. The pipeline's `schedule` is the DAG's; one run at a time.
 - `eosbatch__<pipeline>__backfill`: params `ranges` or `from`/`to`, `mode`, `publish`; `plan` (a dry run:
-  validates the request, shows the plan, changes nothing) -> `backfill`.
+  validates the request, shows the plan, changes nothing) -> `batch`, one mapped instance per planned batch
+  (one at a time, in order; each retried or cleared alone) -> `done`.
 - `eosbatch__<pipeline>__replay`: param `batch_id`.
 
 Correctness never depends on Airflow: every task is safe to retry or re-run, and a run that dies anywhere
@@ -17,9 +18,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import DAG, Param, TaskGroup, get_current_context, task
+from airflow.sdk import DAG, Param, TaskGroup, conf, get_current_context, task
 
-from eosbatch.orchestration import params, tasks
+from eosbatch.orchestration import assets, params, tasks
 
 if TYPE_CHECKING:
     from eosbatch.pipeline import Pipeline
@@ -38,6 +39,11 @@ def _owner() -> str:
     """This DAG run as the lane's lease owner: every task of the run shares it."""
     context = get_current_context()
     return tasks.run_owner(context["ti"].dag_id, context["run_id"])
+
+
+def _outlet_events() -> Any:
+    """Where a task adds asset events (eosbatch.orchestration.assets: only for batches really changed)."""
+    return get_current_context()["outlet_events"]
 
 
 def _defaults() -> dict[str, Any]:
@@ -63,29 +69,31 @@ def microbatch_group(pipeline: Pipeline, group_id: str = "eosbatch", prefix_grou
                    ) as group:
 
         # Only the group's tasks that take the planned batch are skipped: nothing past `done` is.
-        @task.short_circuit(task_id="plan", ignore_downstream_trigger_rules=False, **retry)
+        @task.short_circuit(task_id="plan", ignore_downstream_trigger_rules=False,
+                            outlets=assets.aliases(pipeline, "output"), **retry)
         def plan() -> int | None:
             """Recover unfinished batches, then plan the next one up to the last stable offset."""
-            return tasks.plan(name, _owner())
+            return tasks.plan(name, _owner(), _outlet_events())
 
         @task(task_id="process", **retry)
         def process(batch_id: int) -> None:
             """Run the batch on the Spark engine: read the planned ranges, stage results and dead letters."""
             tasks.process(name, batch_id, _owner())
 
-        @task(task_id="commit", **retry)
+        @task(task_id="commit", outlets=assets.aliases(pipeline, "sink"), **retry)
         def commit(batch_id: int) -> dict[str, Any]:
             """One PostgreSQL transaction: sink upsert, dead letters, offsets. After it, only roll forward."""
-            return tasks.commit(name, batch_id, _owner())
+            return tasks.commit(name, batch_id, _owner(), _outlet_events())
 
         @task(task_id="publish", **retry)
         def publish(batch_id: int) -> int | None:
             """One Kafka transaction: the output records and the marker."""
             return tasks.publish(name, batch_id, _owner())
 
-        @task(task_id="finalize", **retry)
+        @task(task_id="finalize", outlets=assets.aliases(pipeline, "output"), **retry)
         def finalize(batch_id: int, produced: int | None) -> str:
-            return tasks.finalize(name, batch_id, produced, _owner())
+            """Record the batch as published (the output topic's asset event is added here)."""
+            return tasks.finalize(name, batch_id, produced, _owner(), _outlet_events())
 
         @task(task_id="abort", trigger_rule="one_failed", **retry)
         def abort(plan_task: str) -> list[int]:
@@ -142,15 +150,29 @@ def backfill_dag(pipeline: Pipeline) -> DAG:
              doc_md=__doc__) as dag:
 
         @task(task_id="plan", retries=0)
-        def plan() -> dict[str, Any]:
-            """A dry run: checks the request with the engine's rules and shows the plan; changes nothing."""
-            return tasks.backfill(name, dict(get_current_context()["params"]), dry_run=True)
+        def plan() -> list[dict[str, Any]]:
+            """A dry run: checks the request with the engine's rules and shows the plan (in the log); changes
+            nothing. Its batches become the mapped `batch` instances."""
+            return tasks.backfill_plan(name, dict(get_current_context()["params"]),
+                                       conf.getint("core", "max_map_length", fallback=1024))
 
-        @task(task_id="backfill")
-        def backfill() -> dict[str, Any]:
-            return tasks.backfill(name, dict(get_current_context()["params"]), dry_run=False)
+        # The backfill lane has one epoch and one transactional id: its instances run one at a time, in
+        # map-index order, and each plans its ranges again before it runs.
+        @task(task_id="batch", max_active_tis_per_dagrun=1, map_index_template="{{ eosbatch_batch }}",
+              outlets=assets.aliases(pipeline, "sink", "output"))
+        def batch(mapped: dict[str, Any]) -> dict[str, Any]:
+            """One planned backfill batch: its ranges, minus whatever is committed by now."""
+            context = get_current_context()
+            context["eosbatch_batch"] = mapped["label"]  # type: ignore[typeddict-unknown-key]
+            return tasks.backfill_batch(name, dict(context["params"]), mapped, _outlet_events())
 
-        plan() >> backfill()
+        @task(task_id="done", trigger_rule="none_failed")
+        def done(results: list[dict[str, Any]]) -> dict[str, Any]:
+            """The backfill's counts, summed over its batches (none for an empty plan)."""
+            return tasks.backfill_total(name, list(results or []))
+
+        planned = plan()
+        done(batch.expand(mapped=planned))  # type: ignore[arg-type]  # the instances' results, at run time
     return dag
 
 
@@ -162,9 +184,9 @@ def replay_dag(pipeline: Pipeline) -> DAG:
                                        **params.REPLAY_BATCH_ID)},
              description=f"eosbatch replay of one batch of {name}", doc_md=__doc__) as dag:
 
-        @task(task_id="replay")
+        @task(task_id="replay", outlets=assets.aliases(pipeline, "sink", "output"))
         def replay() -> dict[str, Any]:
-            return tasks.replay(name, int(get_current_context()["params"]["batch_id"]))
+            return tasks.replay(name, int(get_current_context()["params"]["batch_id"]), _outlet_events())
 
         replay()
     return dag

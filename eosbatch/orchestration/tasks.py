@@ -44,6 +44,30 @@ def _prepare(step: str) -> None:
         connections.export_settings(_log)
 
 
+@contextmanager
+def _announced(pipeline: str, outlet_events: Any) -> Iterator[None]:
+    """Asset events for what the body really did, read from the ledger (see orchestration/assets.py): the
+    batches committed, and published, between entering and leaving. Nothing when the body fails (Airflow
+    records no events for a failed task), and nothing without `outlet_events` (a direct call)."""
+    if outlet_events is None:
+        yield
+        return
+    from eosbatch import config, registry
+    from eosbatch.ledger import store
+    from eosbatch.orchestration import assets
+
+    settings = config.load()
+    with _terminal_fails_for_good("assets"), store.transaction(settings) as cur:
+        mark = store.watermark(cur, pipeline)
+    yield
+    with _terminal_fails_for_good("assets"), store.transaction(settings) as cur:
+        changed = store.changed_since(cur, pipeline, mark)
+    found = assets.events(settings, registry.get(pipeline), changed, mark.unpublished)
+    assets.emit(outlet_events, registry.get(pipeline), found)
+    for event in found:
+        _log(f"asset event: {event.uri} batch {event.extra['batch']}")
+
+
 # ---------------------------------------------------------------- the micro-batch DAG
 
 def run_owner(dag_id: str, run_id: str) -> str:
@@ -78,13 +102,13 @@ def _release(pipeline: str, owner: str | None) -> None:
         leases.release(config.load(), pipeline, "regular", owner)
 
 
-def plan(pipeline: str, owner: str | None = None) -> int | None:
+def plan(pipeline: str, owner: str | None = None, outlet_events: Any = None) -> int | None:
     """Recover, then plan the next batch; its id, or None when caught up (the rest of the run is skipped).
     Takes the lane's lease for `owner` (the DAG run); LaneBusy (retried) while another runner holds it."""
     _prepare("plan")
     from eosbatch import steps
 
-    with _terminal_fails_for_good("plan"):
+    with _terminal_fails_for_good("plan"), _announced(pipeline, outlet_events):  # a roll-forward publishes
         batch = steps.plan(pipeline, _log, owner)
         if batch is None:
             _release(pipeline, owner)
@@ -102,11 +126,11 @@ def process(pipeline: str, batch_id: int, owner: str | None = None) -> None:
         steps.process(pipeline, batch_id, _log)
 
 
-def commit(pipeline: str, batch_id: int, owner: str | None = None) -> dict[str, Any]:
+def commit(pipeline: str, batch_id: int, owner: str | None = None, outlet_events: Any = None) -> dict[str, Any]:
     _prepare("commit")
     from eosbatch import steps
 
-    with _terminal_fails_for_good("commit"), _lease_held(pipeline, owner):
+    with _terminal_fails_for_good("commit"), _lease_held(pipeline, owner), _announced(pipeline, outlet_events):
         batch = steps.commit(pipeline, batch_id, _log)
     return {"batch": batch.id, "state": batch.state, "records_read": batch.records_read,
             "sink_rows": batch.sink_rows, "dead_letters": batch.dead_letters, "output_records": batch.outbox_records,
@@ -121,12 +145,13 @@ def publish(pipeline: str, batch_id: int, owner: str | None = None) -> int | Non
         return steps.publish_to_kafka(pipeline, batch_id, _log)
 
 
-def finalize(pipeline: str, batch_id: int, produced: int | None, owner: str | None = None) -> str:
+def finalize(pipeline: str, batch_id: int, produced: int | None, owner: str | None = None,
+             outlet_events: Any = None) -> str:
     """Mark the batch published; the run is done, so the lane's lease is released for the next runner."""
     _prepare("finalize")
     from eosbatch import steps
 
-    with _terminal_fails_for_good("finalize"):
+    with _terminal_fails_for_good("finalize"), _announced(pipeline, outlet_events):
         state = steps.finalize(pipeline, batch_id, produced, _log).state
         _release(pipeline, owner)
     return state
@@ -188,34 +213,78 @@ def verify_batch(pipeline: str, batch_id: int) -> list[str]:
 
 # ---------------------------------------------------------------- backfill and replay
 
-def backfill(pipeline: str, conf: dict[str, Any], dry_run: bool) -> dict[str, Any]:
-    """Backfill the conf's ranges or time window. `dry_run` validates the request with the engine's rules
-    and shows the plan, changing nothing."""
+def _backfill(pipeline: str, conf: dict[str, Any], dry_run: bool, outlet_events: Any = None) -> Any:
     request = params.backfill_request(conf)
     _prepare("backfill")
     from eosbatch import commands
     from eosbatch.backfill import describe
 
-    with _terminal_fails_for_good("backfill"):
+    with _terminal_fails_for_good("backfill"), _announced(pipeline, outlet_events):
         report = commands.backfill(pipeline, ranges=request.ranges, time_from=request.time_from,
                                    time_to=request.time_to, mode=request.mode, publish=request.publish,
                                    dry_run=dry_run, log=_log)
-    lines = describe(report.plan)
     if dry_run:
-        for line in lines:
+        for line in describe(report.plan):
             _log(line)
     else:
         _log(f"{report.batches} batches: {report.records} records read, {report.sink_rows} sink rows, "
              f"{report.dead_letters} dead letters, {report.published} records published")
-    return {"dry_run": dry_run, "plan": lines, "batches": report.batches, "records": report.records,
-            "sink_rows": report.sink_rows, "dead_letters": report.dead_letters, "published": report.published}
+    return report
 
 
-def replay(pipeline: str, batch_id: int) -> dict[str, Any]:
+def _counts(report: Any) -> dict[str, Any]:
+    from eosbatch.backfill import describe
+
+    return {"dry_run": report.dry_run, "plan": describe(report.plan), "batches": report.batches,
+            "records": report.records, "sink_rows": report.sink_rows, "dead_letters": report.dead_letters,
+            "published": report.published}
+
+
+def backfill(pipeline: str, conf: dict[str, Any], dry_run: bool, outlet_events: Any = None) -> dict[str, Any]:
+    """Backfill the conf's ranges or time window. `dry_run` validates the request with the engine's rules
+    and shows the plan, changing nothing."""
+    return _counts(_backfill(pipeline, conf, dry_run, outlet_events))
+
+
+def backfill_plan(pipeline: str, conf: dict[str, Any], most: int) -> list[dict[str, Any]]:
+    """The backfill DAG's first task: a dry run (changes nothing; the plan goes to the log) whose planned
+    batches become the mapped `batch` instances, at most `most` of them (consecutive batches grouped when
+    there are more). Each: {"label": what the grid shows, "ranges": [...]}."""
+    from eosbatch.protocol.backfill import map_batches
+
+    planned = _backfill(pipeline, conf, dry_run=True).plan.batches
+    mapped = map_batches(planned, most)
+    if len(mapped) < len(planned):
+        _log(f"{len(planned)} batches are more than [core] max_map_length ({most}): each mapped instance runs "
+             f"up to {mapped[0].last - mapped[0].first + 1} consecutive batches")
+    return [{"label": m.label(), "ranges": [str(r) for r in m.ranges]} for m in mapped]
+
+
+def backfill_batch(pipeline: str, conf: dict[str, Any], mapped: dict[str, Any], outlet_events: Any = None
+                   ) -> dict[str, Any]:
+    """One mapped instance: a backfill of its planned batch's ranges with the run's mode. It plans them again
+    first, so whatever is committed by now (an earlier try, another runner) drops out; the batches it runs
+    are new ones, committed and published after every earlier batch, never out of order."""
+    request = params.backfill_request(conf)
+    return backfill(pipeline, {**conf, "ranges": mapped["ranges"], "from": None, "to": None,
+                               "mode": request.mode, "publish": request.publish}, dry_run=False,
+                    outlet_events=outlet_events)
+
+
+def backfill_total(pipeline: str, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sum of the mapped instances' counts (none ran: an empty plan)."""
+    keys = ("batches", "records", "sink_rows", "dead_letters", "published")
+    total = {key: sum(result[key] for result in results) for key in keys}
+    _log(f"{pipeline}: backfill done: {len(results)} mapped instances; " +
+         ", ".join(f"{key} {total[key]}" for key in keys))
+    return {"pipeline": pipeline, "instances": len(results), **total}
+
+
+def replay(pipeline: str, batch_id: int, outlet_events: Any = None) -> dict[str, Any]:
     _prepare("replay")
     from eosbatch import commands
 
-    with _terminal_fails_for_good("replay"):
+    with _terminal_fails_for_good("replay"), _announced(pipeline, outlet_events):
         result = commands.replay(pipeline, batch_id, log=_log)
     _log(f"batch {batch_id}: {result.action}: {result.message}")
     return {"action": result.action, "message": result.message, "batches": list(result.batches)}

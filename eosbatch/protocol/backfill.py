@@ -7,7 +7,7 @@ below it, so the two lanes cannot claim the same offset (PostgreSQL's exclusion 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal, NamedTuple
 
 from eosbatch.protocol.exceptions import InvalidRange
@@ -98,6 +98,37 @@ def plan_backfill(
         skipped = subtract(owned, committed)
     return BackfillPlan(mode, tuple(wanted), tuple(skipped), tuple(busy), tuple(regular),
                         tuple(tuple(b) for b in split(work, max_records)))
+
+
+class MappedBatch(NamedTuple):
+    """One mapped task instance of a backfill DAG run: planned batches `first`..`last` (1-based) of `of`."""
+
+    first: int
+    last: int
+    of: int
+    ranges: tuple[OffsetRange, ...]
+
+    def label(self, width: int = 200) -> str:
+        """What the grid shows for the instance: which batches, and their ranges (shortened to `width`)."""
+        which = f"batch {self.first}" if self.first == self.last else f"batches {self.first}-{self.last}"
+        text = f"{which}/{self.of}: " + ", ".join(map(str, self.ranges))
+        return text if len(text) <= width else text[:width - 1] + "\u2026"
+
+
+def map_batches(batches: Sequence[Sequence[OffsetRange]], most: int) -> list[MappedBatch]:
+    """A plan's batches as at most `most` mapped task instances (Airflow's [core] max_map_length): one per
+    batch when they fit, else runs of consecutive batches whose ranges are merged (the instance plans them
+    again, so they split the same way)."""
+    if most < 1:
+        raise InvalidRange(f"max_map_length must be at least 1, got {most}")
+    total = len(batches)
+    per = -(-total // most) if total else 1  # ceiling: how many planned batches each instance runs
+    mapped = []
+    for first in range(0, total, per):
+        chunk = batches[first:first + per]
+        mapped.append(MappedBatch(first + 1, first + len(chunk), total,
+                                  tuple(merge(r for batch in chunk for r in batch))))
+    return mapped
 
 
 class OffsetMoves(NamedTuple):

@@ -19,6 +19,23 @@ from eosbatch.stack import processes
 FINAL = {"success", "failed"}
 
 
+def metadata_query(sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Rows from the local Airflow's metadata database."""
+    connection = psycopg2.connect(local.metadata_url().replace("postgresql+psycopg2", "postgresql"))
+    try:
+        with connection, connection.cursor() as cursor:
+            cursor.execute(sql, args)
+            return cursor.fetchall()
+    finally:
+        connection.close()
+
+
+def asset_events(uri: str) -> list[dict[str, Any]]:
+    """The extras of the asset events Airflow recorded for `uri`, oldest first."""
+    return [extra for (extra,) in metadata_query("SELECT e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+                                                 "WHERE a.uri = %s ORDER BY e.id", (uri,))]
+
+
 class LocalAirflow:
     def __init__(self, settings: Settings, suffixes: dict[str, str], base: Mapping[str, str]) -> None:
         self.settings, self.suffixes, self.base = settings, suffixes, dict(base)
@@ -30,13 +47,7 @@ class LocalAirflow:
         return done
 
     def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        connection = psycopg2.connect(local.metadata_url().replace("postgresql+psycopg2", "postgresql"))
-        try:
-            with connection, connection.cursor() as cursor:
-                cursor.execute(sql, args)
-                return cursor.fetchall()
-        finally:
-            connection.close()
+        return metadata_query(sql, args)
 
     def wait_parsed(self, *dag_ids: str, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.orchestration.helpers import asset_events
 from tests.scenario import ROOT, Scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
@@ -17,21 +18,25 @@ pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.spark, p
 def history(settings, airflow_db, unique, monkeypatch) -> Scenario:
     """A replace-sink pipeline started at the end of a topic that already holds history."""
     monkeypatch.setenv("EOSBATCH_PIPELINES", "tests.pipelines.scheduled")
-    monkeypatch.setenv("EOSBATCH_TEST_SUFFIXES", f"{unique}:latest:100000")
+    monkeypatch.setenv("EOSBATCH_TEST_SUFFIXES", f"{unique}:latest:1000")  # the backfill maps several batches
     monkeypatch.setenv("EOSBATCH_SPARK_MASTER", "local[2,3]")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # spark-submit's driver imports the pipeline module too
     import tests.pipelines.scheduled
 
     importlib.reload(tests.pipelines.scheduled)  # register this test's pipelines here, as spark-submit will
-    return Scenario(settings, unique, "latest", batch=100_000, start="latest")
+    return Scenario(settings, unique, "latest", batch=1000, start="latest")
 
 
 def test_dag_test_of_micro_batch_backfill_and_replay_dags(history: Scenario) -> None:
+    """The three DAGs by dag.test(): a caught-up run, a micro-batch, a backfill mapped over its planned batches
+    (one task instance each, labelled with its ranges), a replay that finds nothing to do; asset events only
+    for the batches that committed (sink) and published (output topic), with the batch and its counts."""
     from eosbatch import registry
-    from eosbatch.orchestration import dags
+    from eosbatch.orchestration import assets, dags
 
     pipeline = registry.get(history.pipeline)
     micro = dags.microbatch_dag(pipeline)
+    sink_uri, output_uri = assets.sink_uri(history.settings, pipeline), assets.output_uri(history.settings, pipeline)
 
     # Started at the end: nothing to do yet; plan short-circuits the rest of the run.
     run = micro.test()
@@ -40,6 +45,7 @@ def test_dag_test_of_micro_batch_backfill_and_replay_dags(history: Scenario) -> 
         "plan": "success", "process": "skipped", "commit": "skipped", "publish": "skipped",
         "finalize": "skipped", "abort": "skipped", "done": "success"}
     assert history.batches() == []
+    assert asset_events(sink_uri) == [] and asset_events(output_uri) == []  # a caught-up run changed nothing
 
     history.produce(600)  # new input: the next micro-batch run processes it
     run = micro.test()
@@ -48,14 +54,32 @@ def test_dag_test_of_micro_batch_backfill_and_replay_dags(history: Scenario) -> 
     assert states == {"plan": "success", "process": "success", "commit": "success", "publish": "success",
                       "finalize": "success", "abort": "skipped", "done": "success"}
     assert [(kind, state) for _, kind, state in history.batches()] == [("regular", "published")]
+    [(regular, _, _)] = history.batches()
+    [sunk] = asset_events(sink_uri)
+    assert sunk["batch"] == regular and sunk["kind"] == "regular" and sunk["sink_rows"] == len(history.sink()) > 0
+    [out] = asset_events(output_uri)
+    assert out["batch"] == regular and out["published"] == len(history.sink())
 
-    # The history before the start: a backfill over a time window that holds all of it.
+    # The history before the start: a backfill over a time window that holds all of it, one mapped task
+    # instance per planned batch, each labelled in the grid with its ranges.
     window = {"from": "2000-01-01T00:00:00Z", "to": (datetime.now(UTC) + timedelta(hours=1)).isoformat()}
     run = dags.backfill_dag(pipeline).test(run_conf=window)
     assert run.state == "success"
-    assert [(kind, state) for _, kind, state in history.batches()] == [("regular", "published"),
-                                                                       ("backfill", "published")]
+    after = history.batches()
+    backfilled = [batch_id for batch_id, kind, state in after if kind == "backfill"]
+    assert len(backfilled) >= 2 and [(k, s) for _, k, s in after] == [("regular", "published")] + \
+        [("backfill", "published")] * len(backfilled)
+    mapped = sorted((ti.map_index, ti.state, ti.rendered_map_index) for ti in run.get_task_instances()
+                    if ti.task_id == "batch")
+    assert [(i, state) for i, state, _ in mapped] == [(i, "success") for i in range(len(backfilled))]
+    assert all(label.startswith(f"batch {i + 1}/{len(backfilled)}: {history.input}:") for i, _, label in mapped)
+    print("\n".join(f"mapped instance {i}: {label}" for i, _, label in mapped))
+    total = next(ti for ti in run.get_task_instances() if ti.task_id == "done").xcom_pull(task_ids="done")
+    assert total["instances"] == len(backfilled) == total["batches"]
     history.assert_exactly_once(from_log_start=True)
+    assert [e["batch"] for e in asset_events(sink_uri)] == [regular, *backfilled]
+    assert [e["batch"] for e in asset_events(output_uri)] == [regular, *backfilled]
+    assert sum(e["records_read"] for e in asset_events(sink_uri)[1:]) == total["records"]
 
     # Replaying a published batch changes nothing.
     first = history.batches()[0][0]
@@ -63,8 +87,9 @@ def test_dag_test_of_micro_batch_backfill_and_replay_dags(history: Scenario) -> 
     assert run.state == "success"
     replay = next(ti for ti in run.get_task_instances() if ti.task_id == "replay")
     assert replay.state == "success"
-    assert len(history.batches()) == 2
+    assert len(history.batches()) == len(after)
     history.assert_exactly_once(from_log_start=True)
+    assert len(asset_events(sink_uri)) == len(after) and len(asset_events(output_uri)) == len(after)
 
 
 USERS_DAG = """

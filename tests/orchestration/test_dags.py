@@ -67,12 +67,21 @@ def test_micro_batch_dag(dagbag, pipeline) -> None:
     assert done.trigger_rule == "none_failed" and done.upstream_task_ids == {"finalize", "abort"}
     for task in dag.tasks:
         assert task.retries >= 1, task.task_id
+    # asset events only through aliases: a task adds them for the batches it really committed or published
+    outlets = {task.task_id: [type(o).__name__ + ":" + o.name for o in task.outlets] for task in dag.tasks}
+    assert {task: names for task, names in outlets.items() if names} == {
+        "commit": [f"AssetAlias:eosbatch__{pipeline}__sink"], "plan": [f"AssetAlias:eosbatch__{pipeline}__output"],
+        "finalize": [f"AssetAlias:eosbatch__{pipeline}__output"]}
 
 
 def test_backfill_dag_params_are_validated_json_schemas(dagbag) -> None:
     dag = dagbag.get_dag("eosbatch__order_totals__backfill")
-    assert set(dag.task_ids) == {"plan", "backfill"}
-    assert "backfill" in dag.get_task("plan").downstream_task_ids
+    assert set(dag.task_ids) == {"plan", "batch", "done"}
+    batch = dag.get_task("batch")  # one mapped instance per planned batch, one at a time, in order
+    assert type(batch).__name__.endswith("MappedOperator") and batch.max_active_tis_per_dagrun == 1
+    assert batch.upstream_task_ids == {"plan"} and batch.downstream_task_ids == {"done"}
+    assert dag.get_task("done").trigger_rule == "none_failed"  # an empty plan maps nothing and still ends green
+    assert [a.name for a in batch.outlets] == ["eosbatch__order_totals__sink", "eosbatch__order_totals__output"]
     assert dag.max_active_runs == 1 and dag.get_task("plan").retries == 0  # a refused request fails at once
     schema = {name: dag.params.get_param(name).schema for name in dag.params}
     assert set(schema) == {"ranges", "from", "to", "mode", "publish"}

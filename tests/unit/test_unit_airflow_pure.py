@@ -181,3 +181,49 @@ def test_spark_connect_connection_becomes_the_engine_url() -> None:
 def test_spark_connect_connection_errors_name_the_field(bad, field) -> None:
     with pytest.raises(ConfigError, match=f"eosbatch_spark.{field}"):
         connections.spark_connect_env(bad)
+
+
+# ---------------------------------------------------------------- assets
+
+def _batch(batch_id: int, state: str, sink_rows: int | None, published: int | None) -> SimpleNamespace:
+    from eosbatch.protocol.ranges import OffsetRange
+
+    return SimpleNamespace(id=batch_id, kind="regular", state=state, commit_seq=batch_id, records_read=10,
+                           sink_rows=sink_rows, dead_letters=1, published_records=published,
+                           ranges=(OffsetRange("orders", 0, 0, 12),))
+
+
+def _settings(bootstrap: str) -> config.Settings:
+    return config.Settings("postgresql+psycopg2://etl:" + "pw@DB.example:5433/ledger", bootstrap, {}, "local[2]")
+
+
+def test_asset_uris_follow_the_providers_conventions() -> None:
+    from eosbatch.orchestration import assets
+    from examples.orders.pipeline import order_totals as pipeline
+
+    assert assets.sink_uri(_settings("k1:9092"), pipeline) == \
+        f"postgres://db.example:5433/ledger/{pipeline.sink.schema}/{pipeline.sink.table}"
+    # whatever order the bootstrap servers are listed in, one canonical host; the default port when none
+    for bootstrap in ("k2:19092,k1:19092", "k1:19092, k2:19092"):
+        assert assets.output_uri(_settings(bootstrap), pipeline) == f"kafka://k1:19092/{pipeline.output.topic}"
+    assert assets.output_uri(_settings("kafka"), pipeline) == f"kafka://kafka:9092/{pipeline.output.topic}"
+    from airflow.sdk import Asset  # the providers' sanitizers accept them unchanged
+
+    assert Asset(assets.sink_uri(_settings("k1:9092"), pipeline)).uri == assets.sink_uri(_settings("k"), pipeline)
+    assert pipeline.output is not None
+    assert Asset(assets.output_uri(_settings("k1:9092"), pipeline)).uri == "kafka://k1:9092/" + pipeline.output.topic
+
+
+def test_asset_events_only_for_work_done_in_the_task() -> None:
+    from eosbatch.orchestration import assets
+    from examples.orders.pipeline import order_totals as pipeline
+
+    settings = _settings("k1:9092")
+    changed = [_batch(1, "published", 5, 0),      # rolled forward (unpublished before): produced nothing
+               _batch(2, "published", 7, 7),      # rolled forward: the output changed, the sink did not (here)
+               _batch(3, "committed", 4, None),   # committed in the task, not published yet
+               _batch(4, "published", 0, 0)]      # committed and published, all dead letters: nothing changed
+    found = assets.events(settings, pipeline, changed, since_unpublished=[1, 2])
+    assert [(e.which, e.extra["batch"]) for e in found] == [("output", 2), ("sink", 3)]
+    assert found[1].extra["sink_rows"] == 4 and found[1].extra["ranges"] == ["orders:0:0-12"]
+    assert found[0].extra["published"] == 7 and found[0].uri.startswith("kafka://k1:9092/")

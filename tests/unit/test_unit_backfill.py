@@ -133,3 +133,26 @@ def test_progress_bar_text_and_silence_off_terminal():
     bar.advance(50, 40)
     bar.close()
     assert quiet.getvalue() == "" and bar.done == 50
+
+
+def test_map_batches_one_instance_per_batch_when_they_fit() -> None:
+    from eosbatch.protocol.backfill import map_batches
+
+    batches = [(OffsetRange("t", 0, 0, 10),), (OffsetRange("t", 0, 10, 20), OffsetRange("t", 1, 0, 5))]
+    mapped = map_batches(batches, 1024)
+    assert [(m.first, m.last, m.of, m.ranges) for m in mapped] == [(1, 1, 2, batches[0]), (2, 2, 2, batches[1])]
+    assert mapped[1].label() == "batch 2/2: t:0:10-20, t:1:0-5"
+    assert map_batches([], 1024) == []
+
+
+def test_map_batches_groups_consecutive_batches_beyond_max_map_length() -> None:
+    from eosbatch.protocol.backfill import map_batches
+
+    batches = [(OffsetRange("t", 0, i * 10, i * 10 + 10),) for i in range(7)]
+    mapped = map_batches(batches, 3)
+    assert [(m.first, m.last) for m in mapped] == [(1, 3), (4, 6), (7, 7)]
+    assert mapped[0].ranges == (OffsetRange("t", 0, 0, 30),)  # merged: the instance plans them again
+    assert mapped[0].label() == "batches 1-3/7: t:0:0-30"
+    assert len(mapped[0].label(width=12)) == 12 and mapped[0].label(width=12).endswith("\u2026")
+    with pytest.raises(InvalidRange):
+        map_batches(batches, 0)
