@@ -42,12 +42,16 @@ def sink_uri(settings: Settings, pipeline: Pipeline) -> str:
 
 def output_uri(settings: Settings, pipeline: Pipeline) -> str | None:
     """`kafka://host:port/topic` of the output topic (the apache-kafka provider's convention), None without
-    one. The canonical host is the first bootstrap server in sorted order, whatever order a setting lists."""
-    if pipeline.output is None:
-        return None
+    one."""
+    return None if pipeline.output is None else topic_uri(settings, pipeline.output.topic)
+
+
+def topic_uri(settings: Settings, topic: str) -> str:
+    """`kafka://host:port/topic`; the canonical host is the first bootstrap server in sorted order, whatever
+    order a setting lists them in."""
     servers = sorted(s.strip().lower() for s in settings.kafka_bootstrap.split(",") if s.strip())
     host, _, port = servers[0].rpartition(":") if ":" in servers[0] else (servers[0], "", "")
-    return f"kafka://{host}:{port or KAFKA_PORT}/{pipeline.output.topic}"
+    return f"kafka://{host}:{port or KAFKA_PORT}/{topic}"
 
 
 class AssetEvent(NamedTuple):

@@ -8,6 +8,9 @@
   (one at a time, in order; each retried or cleared alone) -> `done`.
 - `eosbatch__<pipeline>__replay`: param `batch_id`.
 
+The sink table and the output topic are assets, declared through aliases: events are added only for
+batches really committed or published in the task (eosbatch/orchestration/assets.py).
+
 Correctness never depends on Airflow: every task is safe to retry or re-run, and a run that dies anywhere
 is recovered by the next one. Only `airflow.sdk` is imported here; the engine loads inside the tasks.
 """

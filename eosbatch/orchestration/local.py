@@ -104,6 +104,10 @@ worker_log_server_port = {port + 2}
 
 [dag_processor]
 refresh_interval = 30
+
+[openlineage]
+# In effect once a transport is configured (AIRFLOW__OPENLINEAGE__TRANSPORT); without one OpenLineage is off.
+custom_run_facets = eosbatch.orchestration.lineage.batch_facets
 """
 
 

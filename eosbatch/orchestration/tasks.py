@@ -47,15 +47,17 @@ def _prepare(step: str) -> None:
 @contextmanager
 def _announced(pipeline: str, outlet_events: Any) -> Iterator[None]:
     """Asset events for what the body really did, read from the ledger (see orchestration/assets.py): the
-    batches committed, and published, between entering and leaving. Nothing when the body fails (Airflow
-    records no events for a failed task), and nothing without `outlet_events` (a direct call)."""
+    batches committed, and published, between entering and leaving; and the same as OpenLineage inputs and
+    outputs (orchestration/lineage.py). Nothing when the body fails (Airflow records no events for a failed
+    task), and nothing without `outlet_events` (a direct call)."""
     if outlet_events is None:
         yield
         return
     from eosbatch import config, registry
     from eosbatch.ledger import store
-    from eosbatch.orchestration import assets
+    from eosbatch.orchestration import assets, lineage
 
+    lineage.start_task()
     settings = config.load()
     with _terminal_fails_for_good("assets"), store.transaction(settings) as cur:
         mark = store.watermark(cur, pipeline)
@@ -66,6 +68,9 @@ def _announced(pipeline: str, outlet_events: Any) -> Iterator[None]:
     assets.emit(outlet_events, registry.get(pipeline), found)
     for event in found:
         _log(f"asset event: {event.uri} batch {event.extra['batch']}")
+    for which in ("sink", "output"):  # OpenLineage (when installed): the ranges read, what they changed
+        lineage.report(settings, registry.get(pipeline), [b for b in changed if any(
+            e.which == which and e.extra["batch"] == b.id for e in found)], **{which: True})
 
 
 # ---------------------------------------------------------------- the micro-batch DAG

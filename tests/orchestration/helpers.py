@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import psycopg2
@@ -37,8 +38,32 @@ def asset_events(uri: str) -> list[dict[str, Any]]:
 
 
 class LocalAirflow:
-    def __init__(self, settings: Settings, suffixes: dict[str, str], base: Mapping[str, str]) -> None:
+    def __init__(self, settings: Settings, suffixes: dict[str, str], base: Mapping[str, str],
+                 lineage: Path | None = None) -> None:
         self.settings, self.suffixes, self.base = settings, suffixes, dict(base)
+        self.lineage = lineage  # where OpenLineage's file transport writes the tasks' events
+
+    def lineage_events(self, dag_id: str, run_id: str, timeout: float = 60) -> dict[str, dict[str, Any]]:
+        """task id -> the COMPLETE OpenLineage event of that task in the run, once every successful task of
+        the run has one (the listener writes them as the tasks end)."""
+        done = {task for task, (state, _, _) in self.tasks(dag_id, run_id).items() if state == "success"}
+        deadline = time.monotonic() + timeout
+        found: dict[str, dict[str, Any]] = {}
+        while time.monotonic() < deadline:
+            lines = self.lineage.read_text().splitlines() if self.lineage and self.lineage.exists() else []
+            found = {}
+            for line in filter(None, map(str.strip, lines)):
+                event = json.loads(line)
+                task = event.get("job", {}).get("name", "")
+                airflow = event.get("run", {}).get("facets", {}).get("airflow", {})
+                if (event.get("eventType") == "COMPLETE" and task.startswith(f"{dag_id}.")
+                        and airflow.get("dagRun", {}).get("run_id") == run_id):
+                    found[task.removeprefix(f"{dag_id}.")] = event
+            if done <= set(found):
+                return found
+            time.sleep(1)
+        raise AssertionError(f"{dag_id} {run_id}: OpenLineage COMPLETE events for {sorted(found)}, expected "
+                             f"{sorted(done)} (in {self.lineage})")
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         done = local.run_airflow(list(args), local.environment(self.base))
@@ -80,6 +105,28 @@ class LocalAirflow:
             time.sleep(1)
         raise AssertionError(f"{dag_id} {run_id}: still {state} after {timeout:.0f}s; tasks: "
                              f"{self.tasks(dag_id, run_id)}")
+
+    def runs(self, dag_id: str) -> list[tuple[str, str]]:
+        """(run id, run type) of the DAG's runs, oldest first."""
+        return [tuple(row) for row in self.query("SELECT run_id, run_type FROM dag_run WHERE dag_id = %s ORDER BY id",
+                                                 (dag_id,))]
+
+    def wait_runs(self, dag_id: str, count: int, timeout: float = 120) -> list[tuple[str, str]]:
+        """The DAG's runs once there are `count` (e.g. created by the scheduler on an asset event)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = self.runs(dag_id)
+            if len(found) >= count:
+                return found
+            time.sleep(1)
+        raise AssertionError(f"{dag_id}: {len(self.runs(dag_id))} runs after {timeout:.0f}s, expected {count}")
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str) -> Any:
+        rows = self.query("SELECT value FROM xcom WHERE dag_id = %s AND run_id = %s AND task_id = %s "
+                          "AND key = 'return_value'", (dag_id, run_id, task_id))
+        assert rows, f"{dag_id} {run_id} {task_id}: no return value"
+        value = rows[0][0]
+        return json.loads(value) if isinstance(value, str) else value
 
     def tasks(self, dag_id: str, run_id: str) -> dict[str, tuple[str | None, int, float | None]]:
         """task id -> (state, try number, duration in seconds) from the task_instance table."""

@@ -176,3 +176,4 @@ def test_task_group_in_a_dag_of_ones_own(history: Scenario, tmp_path, monkeypatc
     assert sink == {k: v["amount"] for k, v in generate.expected_latest(orders).items()}
     assert dead == malformed
     assert check_output(history.settings, history.pipeline, history.output).ok
+

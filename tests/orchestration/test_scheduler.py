@@ -12,8 +12,9 @@ import pytest
 
 from eosbatch import faults
 from eosbatch.kafka.offsets import bounds
-from eosbatch.orchestration import local
-from tests.orchestration.helpers import LocalAirflow
+from eosbatch.orchestration import assets, local
+from tests.orchestration.helpers import LocalAirflow, asset_events
+from tests.pipelines.factory import make
 from tests.scenario import Scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
@@ -32,15 +33,27 @@ def run_to_end(airflow: LocalAirflow, dag: str, run: str, conf: dict | None = No
 
 
 def test_micro_batch_dag_through_the_real_scheduler_is_exactly_once(scheduler: LocalAirflow, settings) -> None:
+    """A micro-batch run, then a caught-up one. A user's DAG scheduled on the sink's asset (conftest's
+    DOWNSTREAM_DAG) runs after the committed batch, with the batch in its triggering event, and not after
+    the caught-up run."""
     scenario = Scenario(settings, scheduler.suffixes["e2e"], "totals", batch=100_000)
-    dag = f"eosbatch__{scenario.pipeline}"
+    dag, downstream = f"eosbatch__{scenario.pipeline}", f"downstream_{scheduler.suffixes['e2e']}"
     scheduler.unpause(dag)
+    scheduler.unpause(downstream)
+    sink = assets.sink_uri(settings, make(scheduler.suffixes["e2e"], 100_000)[0])  # as the scheduler's pipeline
 
     assert run_to_end(scheduler, dag, "e2e-1") == "success"
     assert states(scheduler, dag, "e2e-1") == {"plan": "success", "process": "success", "commit": "success",
                                                "publish": "success", "finalize": "success", "abort": "skipped",
                                                "done": "success"}
     scenario.assert_exactly_once()
+    [(batch, _, _)] = scenario.batches()
+    assert [event["batch"] for event in asset_events(sink)] == [batch]
+    [(run_id, run_type)] = scheduler.wait_runs(downstream, 1)
+    assert run_type == "asset_triggered" and scheduler.wait_run(downstream, run_id) == "success"
+    assert scheduler.xcom(downstream, run_id, "consume") == [batch]
+    print(f"downstream DAG {downstream} ran ({run_id}) on the sink's asset event for batch {batch}")
+    check_lineage(scheduler, scenario, dag, "e2e-1", batch)
 
     assert run_to_end(scheduler, dag, "e2e-2") == "success"  # caught up: plan finds nothing, the rest skips
     assert states(scheduler, dag, "e2e-2") == {"plan": "success", **dict.fromkeys(SKIPPED_AFTER_PLAN, "skipped"),
@@ -48,6 +61,37 @@ def test_micro_batch_dag_through_the_real_scheduler_is_exactly_once(scheduler: L
     assert scenario.states() == ["published"]
     scenario.assert_exactly_once()
     print(f"exactly-once: OK for {scenario.pipeline}: batches {scenario.batches()}")
+    # The caught-up run added no event (its tasks' outlets are aliases), so no second downstream run: the
+    # e2e-2 run succeeded after the scheduler had queued whatever events existed.
+    assert len(asset_events(sink)) == 1
+    assert [run for run, _ in scheduler.runs(downstream)] == [run_id]
+
+
+def check_lineage(airflow: LocalAirflow, scenario: Scenario, dag: str, run: str, batch: int) -> None:
+    """OpenLineage (the provider's file transport): `commit` read the source topic and wrote the sink,
+    `finalize` wrote the output topic, and both name the batch with its offset ranges (run facet `eosbatch`)."""
+    from sqlalchemy.engine import make_url
+
+    from eosbatch.ledger import store
+
+    events = airflow.lineage_events(dag, run)
+    with store.transaction(scenario.settings) as cur:
+        ranges = sorted(map(str, store.get_batch(cur, batch).ranges))
+    url, kafka = make_url(scenario.settings.database_url), f"kafka://{scenario.settings.kafka_bootstrap}"
+
+    def datasets(task: str, side: str) -> list[tuple[str, str]]:
+        return [(d["namespace"], d["name"]) for d in events[task][side]]
+
+    assert datasets("commit", "inputs") == datasets("finalize", "inputs") == [(kafka, scenario.input)]
+    assert datasets("commit", "outputs") == [(f"postgres://{url.host}:{url.port}",
+                                              f"{url.database}.public.crash_totals_{scenario.suffix}")]
+    assert datasets("finalize", "outputs") == [(kafka, scenario.output)]
+    for task in ("commit", "finalize"):
+        [reported] = events[task]["run"]["facets"]["eosbatch"]["batches"]
+        assert reported["batch"] == batch and sorted(reported["ranges"]) == ranges
+    assert "eosbatch" not in events["process"]["run"]["facets"]  # it changed nothing downstream can see
+    print(f"OpenLineage: commit {datasets('commit', 'inputs')} -> {datasets('commit', 'outputs')}, finalize -> "
+          f"{datasets('finalize', 'outputs')}; batch {batch} ranges {ranges}")
 
 
 def test_scheduler_killed_mid_process_then_runs_recover_exactly_once(scheduler: LocalAirflow, settings) -> None:
