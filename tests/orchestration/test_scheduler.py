@@ -130,7 +130,7 @@ def test_backfill_and_replay_dags_through_the_real_scheduler(scheduler: LocalAir
     """A pipeline started at the end of a topic with history. A backfill batch of partition 0 dies in Spark
     and is aborted; the replay DAG runs it again; the backfill DAG fills the rest; a regular run takes what
     arrives later. Invalid conf is refused when triggered, with the reason, and creates no run."""
-    scenario = Scenario(settings, scheduler.suffixes["history"], "latest", batch=100_000, start="latest")
+    scenario = Scenario(settings, scheduler.suffixes["history"], "latest", batch=1000, start="latest")
     micro, backfill, replay = (f"eosbatch__{scenario.pipeline}{kind}" for kind in ("", "__backfill", "__replay"))
     for dag in (micro, backfill, replay):
         scheduler.unpause(dag)
@@ -159,7 +159,24 @@ def test_backfill_and_replay_dags_through_the_real_scheduler(scheduler: LocalAir
 
     everything = [f"{scenario.input}:{p}:0-{end}" for p, end in sorted(ends.items())]
     assert run_to_end(scheduler, backfill, "fill-1", {"ranges": everything}) == "success"
-    assert [(k, s) for _, k, s in scenario.batches()][2:] == [("backfill", "published")]
+    filled = scenario.batches()[2:]
+    assert len(filled) >= 2 and {(k, s) for _, k, s in filled} == {("backfill", "published")}
+    # The grid: one mapped `batch` instance per planned batch, in order, each labelled with its ranges.
+    grid = scheduler.query("SELECT map_index, state, rendered_map_index, start_date FROM task_instance WHERE "
+                           "dag_id = %s AND run_id = 'fill-1' AND task_id = 'batch' ORDER BY map_index", (backfill,))
+    assert [(i, state) for i, state, _, _ in grid] == [(i, "success") for i in range(len(filled))]
+    assert [start for *_, start in grid] == sorted(start for *_, start in grid)  # one at a time, in order
+    assert all(label.startswith(f"batch {i + 1}/{len(filled)}: {scenario.input}:") for i, _, label, _ in grid)
+    print("\n".join(f"  batch [{i}] {state}: {label}" for i, state, label, _ in grid))
+    # Batch 1 cleared after the later ones succeeded: it plans its ranges again, finds them committed, and
+    # runs nothing: no batch is created, nothing published again or out of order.
+    scheduler.clear(backfill, "fill-1", "batch", 0)
+    assert scheduler.wait_run(backfill, "fill-1") == "success"
+    tries = scheduler.query("SELECT map_index, try_number, state FROM task_instance WHERE dag_id = %s AND "
+                            "run_id = 'fill-1' AND task_id = 'batch' ORDER BY map_index", (backfill,))
+    assert [(i, t, state) for i, t, state in tries] == [(0, 2, "success")] + [(i, 1, "success") for i in
+                                                                              range(1, len(filled))]
+    assert scenario.batches()[2:] == filled
 
     scenario.produce(300)
     assert run_to_end(scheduler, micro, "micro-1") == "success"
