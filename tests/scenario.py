@@ -12,7 +12,7 @@ from pathlib import Path
 
 from psycopg2 import sql
 
-from eosbatch import faults
+from eosbatch import config, faults
 from eosbatch.ledger import store
 from eosbatch.verify import check_output, coverage_gaps, read_topic
 from examples.orders import generate
@@ -43,7 +43,8 @@ class Scenario:
                           customers=40)
 
     def env(self, fault: str | None = None) -> dict[str, str]:
-        env = {**os.environ, "EOSBATCH_PIPELINES": "tests.pipelines.crash", "EOSBATCH_TEST_SUFFIX": self.suffix,
+        env = {**os.environ, config.DATABASE_URL: self.settings.database_url,
+               "EOSBATCH_PIPELINES": "tests.pipelines.crash", "EOSBATCH_TEST_SUFFIX": self.suffix,
                "EOSBATCH_TEST_BATCH": str(self.batch), "EOSBATCH_TEST_START": self.start,
                "PYTHONPATH": str(ROOT), "EOSBATCH_SPARK_MASTER": "local[2,3]"}  # 3 tries per Spark task
         env.pop(faults.FAULT, None)

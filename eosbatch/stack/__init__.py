@@ -58,6 +58,13 @@ def _parts(root: Path) -> tuple[KafkaBroker, PostgresCluster, SparkConnectServer
             SparkConnectServer(root, _port("EOSBATCH_SPARK_CONNECT_PORT", 15002)))
 
 
+def add_password_role(role: str, password: str, database: str) -> str:
+    """On the running embedded PostgreSQL: a non-superuser role authenticated with SCRAM-SHA-256 and a
+    database it may create its ledger and sinks in (PostgresCluster.add_password_role); its URL, without the
+    password (put it in EOSBATCH_DATABASE_URL with the password, or in the Airflow connection)."""
+    return _parts(home())[1].add_password_role(role, password, database)
+
+
 def connector_jars(root: Path | None = None) -> list[Path]:
     """The spark-sql-kafka connector and its dependencies, minus what PySpark already ships."""
     root = root or home()

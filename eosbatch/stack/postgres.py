@@ -16,6 +16,7 @@ from eosbatch.stack.exceptions import StackError, StackNotReady
 
 DATABASE = "eosbatch"
 USER = "eosbatch"
+_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
 def find_bindir() -> Path | None:
@@ -135,6 +136,52 @@ class PostgresCluster:
             connection.close()
             return
         raise StackNotReady(f"postgres: no connection after {timeout:.0f}s ({last}); see {self.log}")
+
+    def add_password_role(self, role: str, password: str, database: str) -> str:
+        """A LOGIN role that is no superuser and may not create roles or databases, authenticated with
+        SCRAM-SHA-256 (a pg_hba line for it ahead of the trust lines), and a database of the stack's user in
+        which it may create schemas (the ledger's) and tables in `public` (its sinks): it owns only what it
+        creates. Idempotent (sets the password again). Returns its SQLAlchemy URL without the password."""
+        import psycopg2
+        from psycopg2 import sql
+
+        for field, name in (("role", role), ("database", database)):
+            if not _NAME.fullmatch(name):
+                raise StackError(f"postgres: {field} {name!r}: expected a lower-case identifier ([a-z_][a-z0-9_]*)")
+        hba = self.data / "pg_hba.conf"
+        line = f"host all {role} 127.0.0.1/32 scram-sha-256\n"
+        if line not in hba.read_text():
+            hba.write_text(line + hba.read_text())  # first match wins: ahead of `host all all ... trust`
+
+        def superuser(dbname: str) -> psycopg2.extensions.connection:
+            connection = psycopg2.connect(host="127.0.0.1", port=self.port, user=USER, dbname=dbname,
+                                          connect_timeout=10)
+            connection.autocommit = True
+            return connection
+
+        connection = superuser("postgres")
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SET password_encryption = 'scram-sha-256'")
+                cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,))
+                verb = "ALTER" if cursor.fetchone() else "CREATE"
+                cursor.execute(sql.SQL(verb + " ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD %s"
+                                       ).format(sql.Identifier(role)), (password,))
+                cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,))
+                if cursor.fetchone() is None:
+                    cursor.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+                cursor.execute(sql.SQL("GRANT CONNECT, CREATE ON DATABASE {} TO {}").format(
+                    sql.Identifier(database), sql.Identifier(role)))
+                cursor.execute("SELECT pg_reload_conf()")
+        finally:
+            connection.close()
+        connection = superuser(database)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(role)))
+        finally:
+            connection.close()
+        return f"postgresql+psycopg2://{role}@127.0.0.1:{self.port}/{database}"
 
     def stop(self, bindir: Path | None) -> bool:
         if self.pid() is None:
