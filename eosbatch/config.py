@@ -141,6 +141,12 @@ def load(env: dict[str, str] | None = None) -> Settings:
         raise ConfigError(KAFKA_CONFIG, f"sets {sorted(reserved)}, which eosbatch owns")
     if "transaction.timeout.ms" in extra:  # else silently overridden by the publisher
         raise ConfigError(KAFKA_CONFIG, f"sets transaction.timeout.ms: set {TRANSACTION_TIMEOUT} instead")
+    from eosbatch.kafka.spark_options import Unsupported, reader_options
+
+    try:  # the Spark reader must read with the same security as every other client: fail now, not mid-batch
+        reader_options(extra)
+    except Unsupported as exc:
+        raise ConfigError(KAFKA_CONFIG, str(exc)) from None
     master = env.get(SPARK_MASTER, "").strip() or "local[2]"
     log_dir = env.get(LOG_DIR, "").strip() or default_log_dir(env)
     return Settings(url, bootstrap, extra, master, _transaction_timeout(env), connect_timeout_s(env), log_dir,

@@ -32,6 +32,7 @@ class Scenario:
         self.output = f"crash_{kind}_out_{suffix}"
         generate.ensure_topics(settings, {self.input: 3, **({self.output: 3} if create_output else {})})
         self.waves = 0
+        self.env_overrides: dict[str, str] = {}  # settings of the CLI runs only (e.g. another Kafka principal)
         if records:
             self.produce(records, seed)
 
@@ -48,6 +49,7 @@ class Scenario:
                "EOSBATCH_TEST_BATCH": str(self.batch), "EOSBATCH_TEST_START": self.start,
                "PYTHONPATH": str(ROOT), "EOSBATCH_SPARK_MASTER": "local[2,3]"}  # 3 tries per Spark task
         env.pop(faults.FAULT, None)
+        env.update(self.env_overrides)
         if fault:
             env[faults.FAULT] = fault
         return env

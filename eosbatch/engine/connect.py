@@ -20,6 +20,7 @@ from typing import Any
 from eosbatch import config, registry
 from eosbatch.engine.errors import map_spark_error
 from eosbatch.engine.exceptions import EngineUnavailable
+from eosbatch.kafka.spark_options import REDACTION_REGEX
 
 _lock = threading.Lock()
 _sessions: dict[str, Any] = {}  # one session per server URL, kept for the further batches of this process
@@ -66,6 +67,8 @@ def _open(settings: config.Settings, session_id: str, archive: Path) -> Any:
     try:
         spark = SparkSession.builder.remote(url).create()
         spark.client.set_retry_policies([_bounded_retries(settings.connect_timeout_s)])
+        # The Kafka reader's JAAS line (a password) is an option: keep it out of plans, whatever the server says.
+        spark.conf.set("spark.sql.redaction.options.regex", REDACTION_REGEX)
         try:
             spark.addArtifacts(str(archive), pyfile=True)
         except Exception as exc:  # noqa: BLE001 - a shared session has this very archive already

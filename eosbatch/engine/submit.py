@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from eosbatch import config, faults, registry
 from eosbatch.engine.exceptions import SparkJobFailed
 from eosbatch.exceptions import EosbatchError, Fenced, TerminalError, TransientError
+from eosbatch.kafka.spark_options import REDACTION_REGEX
 from eosbatch.spark.entry import EXIT_FENCED, EXIT_TERMINAL, RESULT_FILE
 
 CONNECT_MODE = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
@@ -86,6 +87,9 @@ def command(app: str, args: list[str], settings: config.Settings, log_name: str)
     line = [str(submit), "--master", settings.spark_master, *jars,
             "--py-files", str(code_archive(registry.modules(), work)),
             "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.memory=2g",
+            # the Kafka reader's JAAS line (a password): out of plans, the UI and event logs
+            "--conf", f"spark.redaction.regex={REDACTION_REGEX}",
+            "--conf", f"spark.sql.redaction.options.regex={REDACTION_REGEX}",
             str(APPS / app), *args]
     result = work / "result.json"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,

@@ -15,6 +15,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,8 @@ from confluent_kafka.admin import AdminClient
 
 from eosbatch.config import KAFKA_CONFIG, LOG_DIR, Settings, default_log_dir
 from eosbatch.exceptions import ConfigError
-from eosbatch.kafka.errors import describe, error_of
-from eosbatch.kafka.exceptions import KafkaUnavailable
+from eosbatch.kafka.errors import AUTHENTICATION, describe, error_of
+from eosbatch.kafka.exceptions import KafkaAccessDenied, KafkaUnavailable
 
 LOG_FILE = "kafka.log"
 LOGGER = "eosbatch.librdkafka"
@@ -115,10 +116,24 @@ def reach(settings: Settings) -> None:
     if settings.kafka_bootstrap in _reached:
         return
     timeout = settings.connect_timeout_s
-    client = _make(AdminClient, config(settings))
+    refused: list[KafkaError] = []  # wrong credentials: librdkafka says so at once, then retries until the timeout
+
+    def on_error(error: KafkaError) -> None:
+        if error.code() in AUTHENTICATION:
+            refused.append(error)
+
+    client = _make(AdminClient, config(settings, error_cb=on_error))
     _last_problem.message = ""
     try:
-        client.describe_cluster(request_timeout=timeout).result(timeout=timeout + 1)
+        answer = client.describe_cluster(request_timeout=timeout)
+        deadline = time.monotonic() + timeout + 1
+        while not answer.done() and not refused and time.monotonic() < deadline:
+            client.poll(0.1)
+        if refused:
+            raise KafkaAccessDenied(f"kafka at {settings.kafka_bootstrap}: authentication failed "
+                                    f"({describe(refused[0])}); check sasl.username and sasl.password in "
+                                    f"{KAFKA_CONFIG}")
+        answer.result(timeout=max(0.0, deadline - time.monotonic()))
     except (KafkaException, TimeoutError) as exc:
         client.poll(0)  # hands librdkafka's queued log lines (the reason) to the logger
         error = error_of(exc)

@@ -31,6 +31,11 @@ UNREACHABLE = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, Ka
 DENIED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
                     KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._AUTHENTICATION, KafkaError._SSL})
+# The ACL resource a refusal is about, by its code: what the message tells the operator to grant.
+ACL_RESOURCE = {KafkaError.TOPIC_AUTHORIZATION_FAILED: "Topic", KafkaError.GROUP_AUTHORIZATION_FAILED: "Group",
+                KafkaError.CLUSTER_AUTHORIZATION_FAILED: "Cluster",
+                KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "TransactionalId"}
+AUTHENTICATION = frozenset({KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._AUTHENTICATION})
 TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION})
 
@@ -56,7 +61,16 @@ def is_fenced(error: KafkaError) -> bool:
     return error.code() == KafkaError._FATAL and "fenced" in error.str().lower()
 
 
-def to_eosbatch(exc: BaseException, doing: str, bootstrap: str, *, owner: str = "",
+def missing_acl(code: int, needs: str) -> str:
+    """What to grant for an authorization refusal: the caller's `needs` (e.g. "WRITE on Topic orders_out")
+    when it names the refused resource kind, else the kind alone."""
+    kind = ACL_RESOURCE.get(code)
+    if kind is None:
+        return ""
+    return f"; the principal needs {needs}" if kind in needs else f"; the principal lacks a {kind} ACL"
+
+
+def to_eosbatch(exc: BaseException, doing: str, bootstrap: str, *, owner: str = "", needs: str = "",
                 transaction_timeout_ms: int | None = None, broker_max_ms: int | None = None) -> EosbatchError:
     """The eosbatch error for a Kafka failure while `doing` something against `bootstrap`.
 
@@ -79,9 +93,13 @@ def to_eosbatch(exc: BaseException, doing: str, bootstrap: str, *, owner: str = 
         return TransactionTimeoutTooHigh(
             TRANSACTION_TIMEOUT, f"{mine} is above the broker's transaction.max.timeout.ms ({theirs}); lower "
                                  f"{TRANSACTION_TIMEOUT} or raise the broker's transaction.max.timeout.ms")
+    if code in AUTHENTICATION:
+        return KafkaAccessDenied(f"{who}kafka at {bootstrap}: {doing}: authentication failed ({reason}); check "
+                                 "sasl.username and sasl.password in EOSBATCH_KAFKA_CONFIG")
     if code in DENIED:
-        return KafkaAccessDenied(f"{who}kafka at {bootstrap}: {doing}: access denied ({reason}); check the "
-                                 "credentials in EOSBATCH_KAFKA_CONFIG and the ACLs")
+        return KafkaAccessDenied(f"{who}kafka at {bootstrap}: {doing}: access denied ({reason})"
+                                 f"{missing_acl(code, needs)}; check the credentials in EOSBATCH_KAFKA_CONFIG "
+                                 "and the ACLs")
     if code in TOO_LARGE:
         return RecordTooLarge(f"{who}kafka at {bootstrap}: {doing}: a record is larger than the broker or topic "
                               f"accepts ({reason}); see max.message.bytes")

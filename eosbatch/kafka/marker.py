@@ -83,7 +83,8 @@ def read(settings: Settings, group: str, tps: Iterable[TopicPartition], timeout:
                 # The group coordinator moves or loads (first use of __consumer_offsets, broker restart).
                 if not exc.args[0].retriable() and exc.args[0].code() not in _COORDINATOR_ERRORS \
                         or time.monotonic() > deadline:
-                    raise to_eosbatch(exc, f"reading marker group {group}", settings.kafka_bootstrap) from exc
+                    raise to_eosbatch(exc, f"reading marker group {group}", settings.kafka_bootstrap,
+                                      needs=f"DESCRIBE on Group {group}") from exc
                 time.sleep(0.5)
     except BaseException:
         forget(settings, group)

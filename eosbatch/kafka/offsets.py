@@ -41,7 +41,8 @@ def describe(client: AdminClient, topics: Iterable[str], field: str = "source.to
         except KafkaException as exc:
             if exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise TopicMissing(f"{field}: topic {name!r} does not exist in Kafka") from None
-            raise to_eosbatch(exc, f"describing topic {name!r}", bootstrap or _where(client)) from exc
+            raise to_eosbatch(exc, f"describing topic {name!r}", bootstrap or _where(client),
+                              needs=f"DESCRIBE on Topic {name}") from exc
     return found
 
 
@@ -141,7 +142,8 @@ def max_record_bytes(settings: Settings, topic: str) -> int:
     try:
         entries = next(iter(futures.values())).result(timeout=TIMEOUT)
     except KafkaException as exc:
-        raise to_eosbatch(exc, f"reading topic {topic!r}'s max.message.bytes", settings.kafka_bootstrap) from exc
+        raise to_eosbatch(exc, f"reading topic {topic!r}'s max.message.bytes", settings.kafka_bootstrap,
+                          needs=f"DESCRIBE_CONFIGS on Topic {topic}") from exc
     topic_max = int(entries["max.message.bytes"].value)
     producer_max = int(settings.kafka_config.get("message.max.bytes", _PRODUCER_DEFAULT_MAX))
     return min(topic_max, producer_max) - RECORD_OVERHEAD

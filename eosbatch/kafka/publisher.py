@@ -18,8 +18,9 @@ from confluent_kafka.admin import ConfigResource, ResourceType
 
 from eosbatch import faults
 from eosbatch.config import Settings
+from eosbatch.exceptions import EosbatchError
 from eosbatch.kafka import clients, marker
-from eosbatch.kafka.errors import error_of, is_fenced, to_eosbatch
+from eosbatch.kafka.errors import DENIED, error_of, is_fenced, to_eosbatch
 from eosbatch.kafka.exceptions import KafkaUnavailable, PublishFailed
 from eosbatch.protocol.ranges import OffsetRange
 
@@ -48,12 +49,13 @@ class TransactionalPublisher:
         self.state = TxnState.NEW
         self.produced = 0
         self._undelivered: KafkaError | None = None  # the first record the broker refused in this transaction
+        self._topic = ""  # where this transaction produced
 
     def _require(self, *states: TxnState) -> None:
         if self.state not in states:
             raise PublishFailed(f"publisher is {self.state.value}; expected {'/'.join(s.value for s in states)}")
 
-    def _fail(self, exc: KafkaException, doing: str) -> Exception:
+    def _fail(self, exc: KafkaException, doing: str, needs: str = "") -> Exception:
         """The eosbatch error for a failed producer call; a fatal or fenced producer is done for good."""
         error = error_of(exc)
         if error is not None and error.code() == KafkaError._FATAL and not is_fenced(error):
@@ -67,10 +69,13 @@ class TransactionalPublisher:
         if error is not None and error.code() == KafkaError.INVALID_TRANSACTION_TIMEOUT:
             broker_max = self._broker_max_timeout_ms()
         return to_eosbatch(exc, doing, self._settings.kafka_bootstrap, owner=self.owner,
+                           needs=needs or f"WRITE and DESCRIBE on TransactionalId {self._transactional_id}",
                            transaction_timeout_ms=self._timeout_ms, broker_max_ms=broker_max)
 
     def _delivery_failed(self, error: KafkaError | None, _message: Any) -> None:
-        if error is not None and self._undelivered is None:
+        # A purged queue is a consequence (the transaction failed, e.g. no WRITE on the topic): the cause
+        # comes with commit_transaction.
+        if error is not None and self._undelivered is None and error.code() != KafkaError._PURGE_QUEUE:
             self._undelivered = error
 
     def _fatal_cause(self) -> KafkaException | None:
@@ -151,9 +156,10 @@ class TransactionalPublisher:
             producer.flush(TIMEOUT)
         except KafkaException as exc:
             # A runner frozen here and fenced meanwhile learns it now (produce, poll or flush refuse).
-            raise self._fail(exc, f"producing to {topic}") from exc
+            raise self._fail(exc, f"producing to {topic}", f"WRITE on Topic {topic}") from exc
         if self._undelivered is not None:  # the transaction cannot commit: say why, not "retry"
-            raise self._fail(KafkaException(self._undelivered), f"producing to {topic}")
+            raise self._fail(KafkaException(self._undelivered), f"producing to {topic}", f"WRITE on Topic {topic}")
+        self._topic = topic
         faults.point("publish.mid_produce")
         self.produced += count
         return count
@@ -170,12 +176,19 @@ class TransactionalPublisher:
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             if error.txn_requires_abort():
-                self.abort()
-                if self._undelivered is not None:  # a record was refused: retrying refuses it again
-                    raise self._fail(KafkaException(self._undelivered), "producing") from exc
+                refused = self._undelivered or (error if error.code() in DENIED else None)
+                try:
+                    self.abort()
+                except EosbatchError:
+                    if refused is None:
+                        raise  # else the refusal is what the operator must read, not the failed abort
+                if refused is not None:  # a record or the transaction was refused: retrying refuses it again
+                    raise self._fail(KafkaException(refused), f"producing to {self._topic}",
+                                     f"WRITE on Topic {self._topic}, READ on Group {group}") from exc
                 raise KafkaUnavailable(f"{self.owner}: commit_transaction: aborted, retry the publish: "
                                        f"{error.str()}") from exc
-            raise self._fail(exc, "commit_transaction") from exc
+            raise self._fail(exc, "commit_transaction", f"READ on Group {group} (the marker) and WRITE on "
+                                                        f"TransactionalId {self._transactional_id}") from exc
         self.state = TxnState.READY
 
     def abort(self) -> None:

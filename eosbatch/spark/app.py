@@ -44,7 +44,7 @@ def process_on(spark: Any, pipeline_name: str, batch_id: int, log: Any, fault: d
         raise TerminalError(f"batch {batch_id} is {batch.state}; only a planned batch can be processed")
     started = time.monotonic()
     nonce = uuid.uuid4().hex[:12]  # this run's writers; a retried driver gets new tags
-    parsed = reader.parse(reader.read_ranges(spark, settings, list(batch.ranges)), pipeline.source)
+    parsed = reader.parse(reader.read_ranges(spark, settings, list(batch.ranges), pipeline.name), pipeline.source)
     good = _split_dead_letters(parsed, reader.records_schema(pipeline.source), settings.psycopg_dsn, nonce, batch_id)
     result = pipeline.transform(good.rows)
     columns = schema.columns(result.schema)

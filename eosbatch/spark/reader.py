@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from eosbatch.config import Settings
+from eosbatch.kafka.spark_options import reader_options
 from eosbatch.pipeline import KafkaSource
 from eosbatch.protocol.ranges import OffsetRange
 
@@ -32,9 +33,19 @@ def offsets_json(ranges: list[OffsetRange]) -> tuple[str, str, str]:
     return json.dumps(assign), json.dumps(starts), json.dumps(ends)
 
 
-def read_ranges(spark: SparkSession, settings: Settings, ranges: list[OffsetRange]) -> DataFrame:
+def group_id_prefix(pipeline: str) -> str:
+    """The consumer group prefix of the reader's (throwaway) groups: a prefixed ACL on `eosbatch.<pipeline>`
+    covers them and the marker's groups."""
+    return f"eosbatch.{pipeline}.reader"
+
+
+def read_ranges(spark: SparkSession, settings: Settings, ranges: list[OffsetRange], pipeline: str) -> DataFrame:
+    """The ranges' records, read_committed, with the security settings every other client uses (the JAAS
+    line is redacted from plans: spark_options.REDACTION_REGEX)."""
     assign, starts, ends = offsets_json(ranges)
     return (spark.read.format("kafka")
+            .options(**reader_options(settings.kafka_config))
+            .option("groupIdPrefix", group_id_prefix(pipeline))
             .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
             # Aborted records and transaction markers leave gaps; read_committed skips them.
             .option("kafka.isolation.level", "read_committed")

@@ -52,7 +52,7 @@ def recompute_on(spark: Any, pipeline_name: str) -> dict[str, Any]:
     for batch in batches:
         if not claims_coverage(batch.kind):
             continue  # a reprocess re-ran ranges that another batch committed: counted there
-        parsed = reader.parse(reader.read_ranges(spark, settings, list(batch.ranges)), pipeline.source)
+        parsed = reader.parse(reader.read_ranges(spark, settings, list(batch.ranges), pipeline.name), pipeline.source)
         records += parsed.count()
         malformed += [[r[0], r[1], r[2]] for r in parsed.where(F.col(reader.ERROR_COLUMN).isNotNull())
                       .select("topic", "partition", "offset").collect()]

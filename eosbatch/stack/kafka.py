@@ -19,11 +19,19 @@ _PROPERTIES = """\
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller_port}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
+# The secured listener: SCRAM-SHA-512 users (add_scram_user) and ACLs. The open listener's ANONYMOUS
+# principal is a super user, so the development stack stays open there.
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=\\
+  org.apache.kafka.common.security.scram.ScramLoginModule required;
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS
+allow.everyone.if.no.acl.found=false
 log.dirs={data}
 num.partitions=1
 auto.create.topics.enable=false
@@ -41,12 +49,18 @@ class KafkaBroker:
         self.home = home / "kafka"
         self.port = port
         self.controller_port = port + 1
+        self.sasl_port = port + 2
         self.log = self.home / "kafka.log"
         self.pid_file = self.home / "kafka.pid"
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """The SASL_PLAINTEXT listener (SCRAM-SHA-512, ACLs enforced)."""
+        return f"127.0.0.1:{self.sasl_port}"
 
     def pid(self) -> int | None:
         return processes.read_pid(self.pid_file)
@@ -67,7 +81,8 @@ class KafkaBroker:
         data = self.home / "data"
         config = self.home / "server.properties"
         config.write_text(
-            _PROPERTIES.format(port=self.port, controller_port=self.controller_port, data=data)
+            _PROPERTIES.format(port=self.port, controller_port=self.controller_port, sasl_port=self.sasl_port,
+                              data=data)
         )
         classpath = f"{jars}/*"
         if not (data / "meta.properties").exists():
@@ -108,6 +123,18 @@ class KafkaBroker:
 
     def stop(self) -> bool:
         return processes.stop(self.pid_file, timeout=30)
+
+
+def add_scram_user(bootstrap: str, name: str, password: str) -> None:
+    """A SCRAM-SHA-512 user on the broker at `bootstrap` (the open listener, as its super user); setting the
+    password again is allowed. ACLs are the caller's (AdminClient.create_acls)."""
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    upsert = UserScramCredentialUpsertion(name, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+                                          password.encode())
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(timeout=30)
 
 
 class _Silent:

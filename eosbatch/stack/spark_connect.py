@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from eosbatch.kafka.spark_options import REDACTION_REGEX
 from eosbatch.stack import processes
 from eosbatch.stack.exceptions import StackError, StackNotReady
 
@@ -45,6 +46,9 @@ class SparkConnectServer:
                    "--conf", f"spark.connect.grpc.binding.port={self.port}",
                    "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.memory=2g",
                    "--conf", "spark.sql.shuffle.partitions=4",
+                   # the Kafka reader's JAAS line (a password) out of plans, the UI and logs (by key name)
+                   "--conf", f"spark.redaction.regex={REDACTION_REGEX}",
+                   "--conf", f"spark.sql.redaction.options.regex={REDACTION_REGEX}",
                    "--conf", f"spark.local.dir={self.home / 'tmp'}"]
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
         # Faults travel with each batch, never here; and this server is a classic Spark application.

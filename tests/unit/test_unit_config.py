@@ -50,10 +50,22 @@ def test_load_valid_settings_with_defaults() -> None:
 
 def test_load_reads_spark_master_and_extra_kafka_config() -> None:
     settings = load(env(**{SPARK_MASTER: "spark://127.0.0.1:7077",
-                           KAFKA_CONFIG: '{"security.protocol": "SASL_SSL", "linger.ms": 5}'}))
+                           KAFKA_CONFIG: '{"security.protocol": "SSL", "linger.ms": 5}'}))
     assert settings.spark_master == "spark://127.0.0.1:7077"
     assert settings.kafka(**{"linger.ms": 0}) == {"bootstrap.servers": "127.0.0.1:9092",
-                                                   "security.protocol": "SASL_SSL", "linger.ms": 0}
+                                                   "security.protocol": "SSL", "linger.ms": 0}
+
+
+@pytest.mark.parametrize(("extra", "named"), [
+    ('{"security.protocol": "SASL_SSL"}', "sasl.mechanism 'GSSAPI'"),     # Kerberos: no reader equivalent
+    ('{"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"}', "needs sasl.username"),
+    ('{"ssl.certificate.location": "/c.pem"}', "'ssl.certificate.location'"),  # client certificates
+    ('{"sasl.oauthbearer.config": "x"}', "'sasl.oauthbearer.config'"),
+    ('{"security.protocol": "TLS"}', "security.protocol 'TLS'"),
+])
+def test_kafka_config_the_spark_reader_cannot_honour_fails_when_loaded(extra: str, named: str) -> None:
+    error = failure(env(**{KAFKA_CONFIG: extra}))
+    assert error.field == KAFKA_CONFIG and named in str(error)
 
 
 def test_load_does_not_read_the_process_environment_when_given_one(monkeypatch: pytest.MonkeyPatch) -> None:
