@@ -20,6 +20,7 @@ MARKER_RETENTION = "EOSBATCH_MARKER_RETENTION_MINUTES"
 TRANSACTION_TIMEOUT = "EOSBATCH_TRANSACTION_TIMEOUT_MS"
 CONNECT_TIMEOUT = "EOSBATCH_CONNECT_TIMEOUT_S"
 LOG_DIR = "EOSBATCH_LOG_DIR"
+STAGING_WRITERS = "EOSBATCH_STAGING_WRITERS"  # at most this many Spark tasks stage a batch (PostgreSQL connections)
 
 # librdkafka's own bounds for transaction.timeout.ms; the broker's transaction.max.timeout.ms (15 min by
 # default) is checked by the broker at init_transactions(), and eosbatch names both values then.
@@ -52,6 +53,7 @@ class Settings(NamedTuple):
     lease_seconds: float = DEFAULT_LEASE_SECONDS  # a lane's lease: renewed every third of it, taken after it
     spark_remote: str = ""  # a Spark Connect URL: batches run there; "" = spark-submit on spark_master
     spark_jars: tuple[str, ...] = ()  # spark-submit's --jars (a Connect server has its own, from its start)
+    staging_writers: int = 0  # 0: as many as the batch has Spark partitions (the executors' cores bound them)
 
     def kafka(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings for a client: bootstrap + the user's extra config + the caller's needs."""
@@ -151,7 +153,16 @@ def load(env: dict[str, str] | None = None) -> Settings:
     log_dir = env.get(LOG_DIR, "").strip() or default_log_dir(env)
     return Settings(url, bootstrap, extra, master, _transaction_timeout(env), connect_timeout_s(env), log_dir,
                     _lease_seconds(env.get(LEASE_SECONDS, "").strip()), _spark_remote(env.get(SPARK_REMOTE, "")),
-                    _spark_jars(env.get(SPARK_JARS, "")))
+                    _spark_jars(env.get(SPARK_JARS, "")), _staging_writers(env.get(STAGING_WRITERS, "").strip()))
+
+
+def _staging_writers(raw: str) -> int:
+    if not raw:
+        return 0
+    if not raw.isdigit() or not 1 <= int(raw) <= 10_000:
+        raise ConfigError(STAGING_WRITERS, f"expected a whole number from 1 to 10000 (PostgreSQL connections at "
+                                           f"once while a batch stages), got {raw!r}")
+    return int(raw)
 
 
 def _spark_remote(raw: str) -> str:

@@ -47,6 +47,10 @@ def process_on(spark: Any, pipeline_name: str, batch_id: int, log: Any, fault: d
     parsed = reader.parse(reader.read_ranges(spark, settings, list(batch.ranges), pipeline.name), pipeline.source)
     good = _split_dead_letters(parsed, reader.records_schema(pipeline.source), settings.psycopg_dsn, nonce, batch_id)
     result = pipeline.transform(good.rows)
+    if settings.staging_writers:
+        # Each staging task holds a PostgreSQL connection: at most this many, whatever the partition count
+        # (a coalesce, so without a shuffle; it narrows the stages before it as well).
+        result = result.coalesce(settings.staging_writers)
     columns = schema.columns(result.schema)
     names = [c.name for c in columns]
     with store.transaction(settings) as cur:
@@ -101,5 +105,9 @@ def _split_dead_letters(parsed: Any, records: Any, dsn: str, nonce: str, batch_i
 
 
 def _counts(results: list[WriterResult]) -> dict[str, int]:
-    """The successful attempts that wrote rows, with their counts: what the commit checks staging against."""
-    return {r.writer: r.rows for r in sorted(results) if r.rows > 0}
+    """The successful attempts that wrote rows, with their counts: what the commit checks staging against
+    (a task that staged more than once, over several parent partitions, adds up)."""
+    counts: dict[str, int] = {}
+    for r in sorted(results):
+        counts[r.writer] = counts.get(r.writer, 0) + r.rows
+    return {writer: rows for writer, rows in counts.items() if rows > 0}

@@ -144,11 +144,13 @@ def split_dead_letters(dsn: str, error_column: str, nonce: str, batch_id: int
 
 
 def dead_writers(report: str | None) -> dict[str, int]:
-    """The split tasks' reports, as observed (`writer=rows;...`), as writer -> rows."""
+    """The split tasks' reports, as observed (`writer=rows;...`), as writer -> rows. One task may report
+    more than once (a coalesce runs the split over each of its parent partitions in turn, with the same
+    task attempt): its counts add up."""
     found: dict[str, int] = {}
     for entry in filter(None, (report or "").split(";")):
         writer, _, rows = entry.rpartition("=")
-        found[writer] = int(rows)
+        found[writer] = found.get(writer, 0) + int(rows)
     return found
 
 

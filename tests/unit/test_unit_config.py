@@ -218,3 +218,11 @@ def test_spark_remote_and_jars(tmp_path) -> None:
     assert load(env()).spark_remote == "" and load(env()).spark_jars == ()
     with pytest.raises(ConfigError, match="EOSBATCH_SPARK_JARS: no such file"):
         load(env(EOSBATCH_SPARK_JARS=str(tmp_path / "missing.jar")))
+
+
+def test_staging_writers_is_a_bounded_whole_number() -> None:
+    assert load(env()).staging_writers == 0
+    assert load(env(EOSBATCH_STAGING_WRITERS="8")).staging_writers == 8
+    for bad in ("0", "-1", "many", "10001"):
+        error = failure(env(EOSBATCH_STAGING_WRITERS=bad))
+        assert error.field == "EOSBATCH_STAGING_WRITERS" and "PostgreSQL connections" in str(error)

@@ -49,6 +49,8 @@ def test_binary_copy_of_nothing_writes_nothing() -> None:
 
 def test_dead_writers_reads_the_observed_report() -> None:
     assert dead_writers("ab12:7=3;ab12:9=1") == {"ab12:7": 3, "ab12:9": 1}
+    # one task over several parent partitions (a coalesce) reports once per partition: they add up
+    assert dead_writers("ab12:7=3;ab12:9=1;ab12:7=2") == {"ab12:7": 5, "ab12:9": 1}
     assert dead_writers("") == {} and dead_writers(None) == {}
 
 
