@@ -167,12 +167,17 @@ def consumer(settings: Settings, **overrides: Any) -> Consumer:
     return made
 
 
+def kept_key(settings: Settings, *what: object) -> tuple[object, ...]:
+    """The key of a client kept for this process: its pid (a forked child never uses its parent's), the
+    broker and the user's settings, and what else tells two kept clients apart."""
+    return (os.getpid(), settings.kafka_bootstrap, repr(sorted(settings.kafka_config.items())), *what)
+
+
 def admin(settings: Settings, **overrides: Any) -> Admin:
     """An admin client; the one without overrides is kept for the rest of the process (per pid: a forked
     child makes its own). A runner asks for metadata a few times per batch, and a new librdkafka client
     costs its threads and a connection each time; a client reconnects by itself after a broker restart."""
-    key = (os.getpid(), settings.kafka_bootstrap, repr(sorted(settings.kafka_config.items())),
-           settings.connect_timeout_s)
+    key = kept_key(settings, settings.connect_timeout_s)
     if not overrides:
         with _lock:
             kept = _admins.get(key)

@@ -44,7 +44,7 @@ os.register_at_fork(after_in_child=_after_fork)
 def consumer(settings: Settings, group: str) -> Consumer:
     """A consumer of the marker group (it never subscribes: it only reads and names the group's offsets),
     kept for the process's further batches: each new one costs a client and a coordinator lookup."""
-    key = (os.getpid(), settings.kafka_bootstrap, repr(sorted(settings.kafka_config.items())), group)
+    key = clients.kept_key(settings, group)
     with _lock:
         if key in _kept:
             _kept.move_to_end(key)
@@ -62,7 +62,7 @@ def consumer(settings: Settings, group: str) -> Consumer:
 
 def forget(settings: Settings, group: str) -> None:
     """Close the kept consumer of `group` (after a failure, or when the group is deleted)."""
-    key = (os.getpid(), settings.kafka_bootstrap, repr(sorted(settings.kafka_config.items())), group)
+    key = clients.kept_key(settings, group)
     with _lock:
         found = _kept.pop(key, None)
     if found is not None:

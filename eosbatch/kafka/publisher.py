@@ -242,8 +242,7 @@ def publishing(settings: Settings, transactional_id: str, owner: str) -> Iterato
     costs a coordinator round trip and a new producer, and redoing it proves nothing more. A READY producer
     has no transaction open, and any newer producer of the same id has fenced it, which its next call then
     reports. After a failure the publisher is closed, so the next batch starts with init_transactions."""
-    key = (os.getpid(), settings.kafka_bootstrap, repr(sorted(settings.kafka_config.items())), transactional_id,
-           settings.transaction_timeout_ms)
+    key = clients.kept_key(settings, transactional_id, settings.transaction_timeout_ms)
     with _lock:
         publisher = _kept.pop(key, None)
     if publisher is not None and publisher.state is TxnState.READY:
