@@ -77,6 +77,10 @@ def _parser() -> argparse.ArgumentParser:
     reset.add_argument("--to", required=True, metavar="OFFSET|earliest|latest",
                        help="the new next offset (--topic: earliest or latest)")
     reset.add_argument("--reason", help="why, recorded with the reset")
+    compact = sub.add_parser("compact", help="bound the ledger: merge old published batches' committed ranges")
+    compact.add_argument("pipeline")
+    compact.add_argument("--older-than-days", type=float, default=7.0,
+                         help="published batches committed longer ago than this (default %(default)s)")
     abort = sub.add_parser("abort", help="abort a pipeline's unfinished (uncommitted) batches")
     abort.add_argument("pipeline")
     abort.add_argument("batch_id", nargs="?", type=int)
@@ -223,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "reset":
             moved = commands.reset(args.pipeline, args.partitions, args.topic, args.to, args.reason, log=print)
             print(f"{len(moved)} partition(s) reset")
+        elif args.command == "compact":
+            done = commands.compact(args.pipeline, args.older_than_days)
+            print(f"{args.pipeline}: {done.batches} published batches compacted; committed ranges "
+                  f"{done.committed_before} -> {done.committed_after} rows, {done.batch_ranges_deleted} batch "
+                  "ranges deleted")
         elif args.command == "abort":
             aborted = commands.steps.abort(args.pipeline, args.batch_id, reason="aborted by eosbatch abort",
                                            log=print)

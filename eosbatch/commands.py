@@ -7,6 +7,7 @@ from typing import Any
 
 from eosbatch import backfill as history
 from eosbatch import config, registry, stack, steps
+from eosbatch.exceptions import ConfigError
 from eosbatch.kafka import offsets
 from eosbatch.ledger import migrate, store
 from eosbatch.protocol import sources
@@ -63,6 +64,16 @@ def backfill(pipeline: str, ranges: list[str] | None = None, time_from: str | No
 
 def replay(pipeline: str, batch_id: int, log: Log = print) -> history.ReplayReport:
     return history.replay(pipeline, batch_id, log)
+
+
+def compact(pipeline: str, older_than_days: float = 7.0) -> store.Compacted:
+    """Merge the committed ranges and drop the range detail of published batches older than the given age."""
+    if not older_than_days >= 0:
+        raise ConfigError("--older-than-days", f"must be a number of days >= 0, got {older_than_days!r}")
+    settings = config.load()
+    name = registry.get(pipeline).name
+    with store.transaction(settings) as cur:
+        return store.compact(cur, name, older_than_days)
 
 
 def ranges(pipeline: str) -> list[history.PartitionCoverage]:

@@ -550,6 +550,48 @@ def coverage_by_incarnation(cur: Cursor, pipeline: str) -> list[tuple[int, Offse
     return [(int(row[0]), OffsetRange(*row[1:])) for row in cur.fetchall()]
 
 
+class Compacted(NamedTuple):
+    batches: int            # published batches whose detail was compacted
+    committed_before: int   # the pipeline's committed_ranges rows before and after
+    committed_after: int
+    batch_ranges_deleted: int
+
+
+def compact(cur: Cursor, pipeline: str, older_than_days: float) -> Compacted:
+    """Bound the ledger's growth: for the published batches committed more than `older_than_days` ago,
+    merge their committed ranges that touch (per partition and incarnation) into one row each, named by the
+    latest of their batches, and delete their batch_ranges (the committed coverage keeps what backfill,
+    replay and verify need: a published batch is never replayed, and its output count stays on its row).
+    Recent batches keep their detail for `status`, `verify --batch` and the operator. Dead letters are the
+    users' data and stay. Runs under the pipeline's lock, so no commit interleaves."""
+    lock_pipeline(cur, pipeline)
+    args = {"p": pipeline, "secs": older_than_days * 86400}
+    cur.execute("CREATE TEMP TABLE eosbatch_old ON COMMIT DROP AS SELECT id FROM eosbatch.batches WHERE pipeline = "
+                "%(p)s AND state = 'published' AND committed_at < now() - make_interval(secs => %(secs)s)", args)
+    batches = cur.rowcount
+    cur.execute("SELECT count(*) FROM eosbatch.committed_ranges WHERE pipeline = %(p)s", args)
+    before = int(cur.fetchone()[0])
+    # Islands of touching ranges: a new island starts where a range does not begin at the previous one's end.
+    cur.execute("CREATE TEMP TABLE eosbatch_merged ON COMMIT DROP AS "
+                "SELECT topic, partition, incarnation, int8range(min(lower(offsets)), max(upper(offsets))) AS offsets, "
+                "max(batch_id) AS batch_id FROM ("
+                "  SELECT *, sum(CASE WHEN lower(offsets) = previous_end THEN 0 ELSE 1 END) OVER ("
+                "    PARTITION BY topic, partition, incarnation ORDER BY lower(offsets)) AS island FROM ("
+                "    SELECT c.topic, c.partition, c.incarnation, c.offsets, c.batch_id, lag(upper(c.offsets)) OVER ("
+                "      PARTITION BY c.topic, c.partition, c.incarnation ORDER BY lower(c.offsets)) AS previous_end "
+                "    FROM eosbatch.committed_ranges c JOIN eosbatch_old o ON o.id = c.batch_id "
+                "    WHERE c.pipeline = %(p)s) ranked) islands "
+                "GROUP BY topic, partition, incarnation, island", args)
+    cur.execute("DELETE FROM eosbatch.committed_ranges c USING eosbatch_old o WHERE c.pipeline = %(p)s "
+                "AND c.batch_id = o.id", args)
+    cur.execute("INSERT INTO eosbatch.committed_ranges (pipeline, topic, partition, incarnation, offsets, batch_id) "
+                "SELECT %(p)s, topic, partition, incarnation, offsets, batch_id FROM eosbatch_merged", args)
+    cur.execute("DELETE FROM eosbatch.batch_ranges r USING eosbatch_old o WHERE r.batch_id = o.id")
+    deleted = cur.rowcount
+    cur.execute("SELECT count(*) FROM eosbatch.committed_ranges WHERE pipeline = %(p)s", args)
+    return Compacted(batches, before, int(cur.fetchone()[0]), deleted)
+
+
 def delete_staging(cur: Cursor, batch_id: int, stage_table: Any | None) -> None:
     from psycopg2 import sql
 

@@ -19,7 +19,8 @@ local.write_config()
 
 # One real Airflow serves the scheduler tests; each gets its own pipelines (tests/pipelines/scheduled.py).
 # role -> (starting offsets, max records per batch); the history's backfill maps several batches.
-ROLES = {"e2e": ("earliest", 100_000), "kill": ("earliest", 100_000), "history": ("latest", 1000)}
+ROLES = {"e2e": ("earliest", 100_000), "kill": ("earliest", 100_000), "history": ("latest", 1000),
+         "pair": ("earliest", 100_000)}
 
 DOWNSTREAM_DAG = """
 from datetime import UTC, datetime
@@ -57,9 +58,10 @@ def airflow_db(settings) -> str:
 def scheduler(settings, tmp_path_factory) -> Iterator[LocalAirflow]:
     """`eosbatch airflow up` with the test pipelines; `eosbatch airflow down` at the end of the session."""
     suffixes = {role: uuid.uuid4().hex[:8] for role in ROLES}
-    # The kill test's process step sleeps 15 s per Spark task: long enough to kill the scheduler during it.
-    specs = ",".join(f"{suffixes[role]}:{start}:{batch}{':15' if role == 'kill' else ''}"
-                     for role, (start, batch) in ROLES.items())
+    # The kill test's process step sleeps 15 s per Spark task: long enough to kill the scheduler during it;
+    # the pair's totals pipeline 8 s: long enough for the other pipeline's process to run beside it.
+    slow = {"kill": ":15", "pair": ":8"}
+    specs = ",".join(f"{suffixes[role]}:{start}:{batch}{slow.get(role, '')}" for role, (start, batch) in ROLES.items())
     # A user's downstream DAG, in a DAG bundle of its own, scheduled on the e2e pipeline's sink asset.
     users = tmp_path_factory.mktemp("users_dags")
     (users / "downstream.py").write_text(DOWNSTREAM_DAG.replace("{suffix}", suffixes["e2e"]))

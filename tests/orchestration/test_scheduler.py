@@ -183,3 +183,27 @@ def test_backfill_and_replay_dags_through_the_real_scheduler(scheduler: LocalAir
     assert scenario.batches()[-1][1:] == ("regular", "published")
     scenario.assert_exactly_once(from_log_start=True)
     print(f"exactly-once: OK for {scenario.pipeline}: batches {scenario.batches()}")
+
+
+def test_two_pipelines_at_once_under_the_local_executor(scheduler: LocalAirflow, settings) -> None:
+    """Two pipelines over one input topic (an accumulating and a replace sink), their micro-batch runs
+    triggered together: the LocalExecutor runs their tasks side by side (parallelism 8), and each ends
+    exactly-once."""
+    suffix = scheduler.suffixes["pair"]
+    totals = Scenario(settings, suffix, "totals", batch=100_000)
+    latest = Scenario(settings, suffix, "latest", batch=100_000, records=0)  # the same input, produced once
+    dags = [f"eosbatch__{s.pipeline}" for s in (totals, latest)]
+    for dag in dags:
+        scheduler.unpause(dag)
+    for dag in dags:
+        scheduler.trigger(dag, "pair-1")
+    assert [scheduler.wait_run(dag, "pair-1") for dag in dags] == ["success", "success"]
+    spans = scheduler.query("SELECT dag_id, start_date, end_date FROM task_instance WHERE dag_id = ANY(%s) AND "
+                            "run_id = 'pair-1' AND task_id = 'process'", (dags,))
+    assert len(spans) == 2
+    assert max(start for _, start, _ in spans) < min(end for _, _, end in spans), f"not side by side: {spans}"
+    for dag in dags:
+        print(scheduler.timeline(dag, "pair-1"))
+    for scenario in (totals, latest):
+        assert scenario.states() == ["published"]
+        scenario.assert_exactly_once()
