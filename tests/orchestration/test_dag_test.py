@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from eosbatch import faults
 from tests.orchestration.helpers import asset_events
 from tests.scenario import ROOT, Scenario
 
@@ -90,6 +91,21 @@ def test_dag_test_of_micro_batch_backfill_and_replay_dags(history: Scenario) -> 
     assert len(history.batches()) == len(after)
     history.assert_exactly_once(from_log_start=True)
     assert len(asset_events(sink_uri)) == len(after) and len(asset_events(output_uri)) == len(after)
+
+    # A batch committed outside Airflow whose runner died before publishing: the next run's plan rolls it
+    # forward and announces the output topic's change (the sink's was not Airflow's to announce); the run
+    # then finds nothing new.
+    history.produce(300)
+    crashed = history.run("commit.after_commit")
+    assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-2000:]
+    (rolled, _, state) = history.batches()[-1]
+    assert state == "committed"
+    run = micro.test()
+    assert run.state == "success" and history.batches()[-1] == (rolled, "regular", "published")
+    assert {ti.task_id: ti.state for ti in run.get_task_instances()}["process"] == "skipped"
+    assert [e["batch"] for e in asset_events(output_uri)][-1] == rolled
+    assert rolled not in [e["batch"] for e in asset_events(sink_uri)]
+    history.assert_exactly_once(from_log_start=True)
 
 
 USERS_DAG = """
