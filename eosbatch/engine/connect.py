@@ -60,10 +60,17 @@ def _digest(archive: Path) -> str:
     return digest.hexdigest()
 
 
+def session_url(remote: str, session_id: str) -> str:
+    """The server's URL with this session's id added to its parameters (`sc://host:port/;use_ssl=true;...`
+    keeps them: a token comes from SPARK_CONNECT_AUTHENTICATE_TOKEN or `;token=`)."""
+    base = remote.rstrip("/")
+    return f"{base};session_id={session_id}" if "/;" in base else f"{base}/;session_id={session_id}"
+
+
 def _open(settings: config.Settings, session_id: str, archive: Path) -> Any:
     from pyspark.sql import SparkSession
 
-    url = f"{settings.spark_remote.rstrip('/')}/;session_id={session_id}"
+    url = session_url(settings.spark_remote, session_id)
     try:
         spark = SparkSession.builder.remote(url).create()
         spark.client.set_retry_policies([_bounded_retries(settings.connect_timeout_s)])

@@ -103,3 +103,11 @@ def test_code_archive_ships_eosbatch_the_pipelines_and_the_project_packages_they
     names = zipfile.ZipFile(code_archive(["tests.pipelines.factory"], tmp_path)).namelist()
     assert {"eosbatch/steps.py", "tests/pipelines/factory.py", "examples/orders/pipeline.py"} <= set(names)
     assert not any(n.startswith(("pyspark/", "psycopg2/", "confluent_kafka/")) for n in names)
+
+
+def test_session_url_keeps_the_servers_parameters() -> None:
+    from eosbatch.engine.connect import session_url
+
+    assert session_url("sc://127.0.0.1:15002", "s1") == "sc://127.0.0.1:15002/;session_id=s1"
+    assert session_url("sc://h:15002/", "s1") == "sc://h:15002/;session_id=s1"
+    assert session_url("sc://h:443/;use_ssl=true", "s1") == "sc://h:443/;use_ssl=true;session_id=s1"
