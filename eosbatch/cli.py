@@ -24,6 +24,10 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     stack_cmd = sub.add_parser("stack", help="the embedded local Kafka + PostgreSQL")
     stack_cmd.add_argument("action", choices=["up", "down", "status", "env"])
+    stack_cmd.add_argument("--spark-cluster", action=argparse.BooleanOptionalAction, default=None,
+                           help="up: also a Spark standalone master, two workers and a Connect server on them; "
+                                "up and env: export that server as EOSBATCH_SPARK_REMOTE "
+                                "(default: EOSBATCH_SPARK_CLUSTER)")
     db = sub.add_parser("db", help="the ledger schema (Alembic)")
     db.add_argument("action", choices=["upgrade", "downgrade", "current"])
     db.add_argument("revision", nargs="?", default=None)
@@ -111,6 +115,18 @@ def _airflow(action: str) -> None:
         print(f"health: {json.dumps(info.health) if info.health else 'no answer'}")
 
 
+def _print_cluster(info: commands.stack.StackInfo) -> None:
+    cluster = info.spark_cluster
+    assert cluster is not None
+    alive = "no answer" if cluster.alive_workers is None else f"{cluster.alive_workers}/{len(cluster.worker_pids)}"
+    print(f"cluster:  {cluster.master_url} pid={cluster.master_pid or 'stopped'} ui={cluster.web_ui} "
+          f"workers alive={alive}")
+    for i, pid in enumerate(cluster.worker_pids, start=1):
+        print(f"  worker-{i}: pid={pid or 'stopped'}")
+    print(f"  connect:  {info.spark_cluster_remote} pid={info.spark_cluster_connect_pid or 'stopped'} "
+          f"(Spark Connect, master {cluster.master_url})")
+
+
 def _print_status(report: dict) -> None:  # type: ignore[type-arg]
     print(f"pipeline {report['pipeline']}")
     print(f"  {'partition':<24} {'next':>10} {'LSO':>10} {'lag':>8}")
@@ -150,16 +166,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "stack":
             if args.action == "up":
                 # Progress on stderr: stdout carries only the exports, for `eval "$(eosbatch stack up)"`.
-                info = commands.stack_up(log=lambda line: print(line, file=sys.stderr))
+                info = commands.stack_up(log=lambda line: print(line, file=sys.stderr),
+                                         spark_cluster=args.spark_cluster)
                 for key, value in info.env().items():
                     print(f"export {key}={shlex.quote(value)}")
             elif args.action == "down":
                 commands.stack.down()
             elif args.action == "env":
-                for key, value in commands.stack_env().items():
+                for key, value in commands.stack_env(args.spark_cluster).items():
                     print(f"export {key}={shlex.quote(value)}")
             else:
-                info = commands.stack.status()
+                info = commands.stack.status(args.spark_cluster)
                 print(f"home:     {info.home}")
                 print(f"kafka:    {info.kafka_bootstrap} pid={info.kafka_pid or 'stopped'} "
                       f"version={info.versions['kafka']}")
@@ -167,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"version={info.versions['postgres']}")
                 print(f"spark:    {info.spark_remote} pid={info.spark_connect_pid or 'stopped'} "
                       f"(Spark Connect, pyspark {info.versions['pyspark']})")
+                if info.spark_cluster is not None:
+                    _print_cluster(info)
         elif args.command == "db":
             if args.action == "upgrade":
                 print(f"ledger at revision {commands.db_upgrade(args.revision or 'head')}")

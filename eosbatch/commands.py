@@ -15,13 +15,13 @@ from eosbatch.protocol import sources
 Log = Callable[[str], None]
 
 
-def stack_up(log: Log = print) -> stack.StackInfo:
-    info = stack.up(log)
+def stack_up(log: Log = print, spark_cluster: bool | None = None) -> stack.StackInfo:
+    info = stack.up(log, spark_cluster)
     return info
 
 
-def stack_env() -> dict[str, str]:
-    return stack.status().env()
+def stack_env(spark_cluster: bool | None = None) -> dict[str, str]:
+    return stack.status(spark_cluster).env()
 
 
 def db_upgrade(revision: str = "head") -> str | None:

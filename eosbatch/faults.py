@@ -80,12 +80,15 @@ def point(name: str, env: Mapping[str, str] | None = None) -> None:
         return  # the common case, and another point's malformed value is not this point's business
     fault = parse(raw)
     assert fault is not None
-    _hits[name] = _hits.get(name, 0) + 1
-    if _hits[name] != fault.nth:  # once only: a resumed process passes the point again freely
+    # A Spark Python worker is reused by the tasks of many runs: a carried fault counts its passes per run (its
+    # fired file names the run), else one run's passes (a task that lost the claim) use up the next run's.
+    key = name if env is None else f"{name} {env.get(FIRED, '')}"
+    _hits[key] = _hits.get(key, 0) + 1
+    if _hits[key] != fault.nth:  # once only: a resumed process passes the point again freely
         return
     if env is not None and not _claim(name, env.get(FIRED)):
         return
-    where = name if fault.nth == 1 else f"{name} (pass {_hits[name]})"
+    where = name if fault.nth == 1 else f"{name} (pass {_hits[key]})"
     record(name, env)
     if fault.action == "stop":
         stop(where)

@@ -1,5 +1,6 @@
 """The embedded local stack: a real Kafka broker, a real PostgreSQL cluster, a Spark Connect server (the
-long-lived engine) and the Spark Kafka connector jars.
+long-lived engine) and the Spark Kafka connector jars; on request (`--spark-cluster`, EOSBATCH_SPARK_CLUSTER=1)
+also a Spark standalone cluster (a master and two workers) with a second Connect server whose master it is.
 
 All state lives under one folder (`EOSBATCH_HOME`, default `.eosbatch/` in the checkout).
 """
@@ -16,10 +17,14 @@ from eosbatch.stack import maven
 from eosbatch.stack.exceptions import StackError
 from eosbatch.stack.kafka import KafkaBroker
 from eosbatch.stack.postgres import PostgresCluster, find_bindir
+from eosbatch.stack.spark_cluster import ClusterStatus, SparkCluster
 from eosbatch.stack.spark_connect import SparkConnectServer
 from eosbatch.stack.versions import KAFKA_VERSION, PYSPARK_VERSION, SPARK_KAFKA_CONNECTOR
 
-__all__ = ["StackError", "StackInfo", "up", "down", "status", "env", "home", "connector_jars"]
+__all__ = ["StackError", "StackInfo", "up", "down", "status", "env", "home", "connector_jars", "cluster_up",
+           "cluster_down", "cluster_wanted"]
+
+SPARK_CLUSTER = "EOSBATCH_SPARK_CLUSTER"  # 1: `up` also starts the cluster, and the exports point at it
 
 
 class StackInfo(NamedTuple):
@@ -32,10 +37,15 @@ class StackInfo(NamedTuple):
     spark_remote: str = ""
     spark_connect_pid: int | None = None
     spark_jars: tuple[str, ...] = ()
+    spark_cluster: ClusterStatus | None = None  # None: not wanted and nothing of it running
+    spark_cluster_remote: str = ""  # the Connect server whose master is the cluster
+    spark_cluster_connect_pid: int | None = None
+    on_cluster: bool = False  # the exports send batches to the cluster's Connect server
 
     def env(self) -> dict[str, str]:
+        remote = self.spark_cluster_remote if self.on_cluster else self.spark_remote
         return {config.DATABASE_URL: self.database_url, config.KAFKA_BOOTSTRAP: self.kafka_bootstrap,
-                config.SPARK_REMOTE: self.spark_remote, config.SPARK_JARS: ",".join(self.spark_jars)}
+                config.SPARK_REMOTE: remote, config.SPARK_JARS: ",".join(self.spark_jars)}
 
 
 def home() -> Path:
@@ -56,6 +66,27 @@ def _parts(root: Path) -> tuple[KafkaBroker, PostgresCluster, SparkConnectServer
     return (KafkaBroker(root, _port("EOSBATCH_KAFKA_PORT", 19092)),
             PostgresCluster(root, _port("EOSBATCH_POSTGRES_PORT", 15432)),
             SparkConnectServer(root, _port("EOSBATCH_SPARK_CONNECT_PORT", 15002)))
+
+
+def cluster_wanted() -> bool:
+    raw = os.environ.get(SPARK_CLUSTER, "").strip().lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    raise config.ConfigError(SPARK_CLUSTER, f"must be 1 or 0, got {raw!r}")
+
+
+def _cluster_parts(root: Path) -> tuple[SparkCluster, SparkConnectServer]:
+    """The cluster (worker i on the master's port + i, its web UI on the master's web UI port + i) and the
+    Connect server on it (by default on the stack's Connect port + 1)."""
+    cluster = SparkCluster(root, _port("EOSBATCH_SPARK_CLUSTER_PORT", 17077),
+                           _port("EOSBATCH_SPARK_CLUSTER_WEBUI_PORT", 17080))
+    connect_port = _port("EOSBATCH_SPARK_CLUSTER_CONNECT_PORT", _port("EOSBATCH_SPARK_CONNECT_PORT", 15002) + 1)
+    # One 1 GB executor per one-core worker; a task lost with its worker is retried on another (4 tries is
+    # Spark's default on a cluster: said here because exactly-once under retries is what the cluster tests).
+    return cluster, SparkConnectServer(root, connect_port, master=cluster.master_url, folder="spark-cluster-connect",
+                                       conf={"spark.executor.memory": "1g", "spark.task.maxFailures": "4"})
 
 
 def add_password_role(role: str, password: str, database: str) -> str:
@@ -87,8 +118,10 @@ def _artifact(file_name: str) -> str:
     return "-".join(parts) or stem
 
 
-def up(log=print) -> StackInfo:  # type: ignore[no-untyped-def]
-    """Install what is missing, start what is stopped, and return once every service is usable."""
+def up(log=print, spark_cluster: bool | None = None) -> StackInfo:  # type: ignore[no-untyped-def]
+    """Install what is missing, start what is stopped, and return once every service is usable; with
+    `spark_cluster` (None: EOSBATCH_SPARK_CLUSTER decides) the cluster too, and the exports point at it."""
+    on_cluster = cluster_wanted() if spark_cluster is None else spark_cluster
     root = home()
     root.mkdir(parents=True, exist_ok=True)
     kafka, postgres, connect = _parts(root)
@@ -104,24 +137,61 @@ def up(log=print) -> StackInfo:  # type: ignore[no-untyped-def]
     log(f"kafka: ready on {kafka.bootstrap} ({time.monotonic() - started:.1f}s)")
     connect.wait_ready()
     log(f"spark-connect: ready on {connect.url} ({time.monotonic() - started:.1f}s)")
-    return status()
+    if on_cluster:
+        cluster_up(log)
+    return status(on_cluster)
+
+
+def cluster_up(log=print) -> ClusterStatus:  # type: ignore[no-untyped-def]
+    """Start what is stopped of the Spark cluster and its Connect server; return once a batch can run there."""
+    root = home()
+    cluster, connect = _cluster_parts(root)
+    started = time.monotonic()
+    if "master" in cluster.start() and connect.stop():
+        # Without a standby master an application never re-registers with a new one: it would wait forever.
+        log("spark-cluster-connect: stopped, its master was restarted")
+    cluster.wait_ready()
+    log(f"spark-cluster: master {cluster.master_url} with {cluster.workers} workers alive, UI {cluster.web_ui} "
+        f"({time.monotonic() - started:.1f}s)")
+    connect.start(connector_jars(root))
+    connect.wait_ready()
+    log(f"spark-cluster-connect: ready on {connect.url}, master {cluster.master_url} "
+        f"({time.monotonic() - started:.1f}s)")
+    return cluster.status()
+
+
+def cluster_down(log=print) -> None:  # type: ignore[no-untyped-def]
+    """Stop the cluster's Connect server, then its workers and master; silent about what was not running."""
+    cluster, connect = _cluster_parts(home())
+    if connect.stop():
+        log("spark-cluster-connect: stopped")
+    if cluster.stop():
+        log("spark-cluster: stopped")
 
 
 def down(log=print) -> None:  # type: ignore[no-untyped-def]
+    cluster_down(log)
     kafka, postgres, connect = _parts(home())
     log("spark-connect: stopped" if connect.stop() else "spark-connect: was not running")
     log("kafka: stopped" if kafka.stop() else "kafka: was not running")
     log("postgres: stopped" if postgres.stop(find_bindir()) else "postgres: was not running")
 
 
-def status() -> StackInfo:
+def status(on_cluster: bool | None = None) -> StackInfo:
+    """What runs; `on_cluster` (None: EOSBATCH_SPARK_CLUSTER decides): whether the exports (env()) point at
+    the cluster's Connect server instead of the local one."""
     root = home()
+    on_cluster = cluster_wanted() if on_cluster is None else on_cluster
     kafka, postgres, connect = _parts(root)
+    cluster, cluster_connect = _cluster_parts(root)
+    found = cluster.status()
     bindir = find_bindir()
     versions = {"kafka": KAFKA_VERSION, "pyspark": PYSPARK_VERSION,
                 "postgres": postgres.version(bindir) if bindir else "not installed"}
     return StackInfo(root, postgres.url, kafka.bootstrap, kafka.pid(), postgres.pid(), versions, connect.url,
-                     connect.pid(), tuple(str(j) for j in resolved_connector_jars(root)))
+                     connect.pid(), tuple(str(j) for j in resolved_connector_jars(root)),
+                     found if on_cluster or found.running or cluster_connect.pid() else None, cluster_connect.url,
+                     cluster_connect.pid(), on_cluster)
 
 
 def resolved_connector_jars(root: Path) -> list[Path]:

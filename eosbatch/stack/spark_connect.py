@@ -18,10 +18,14 @@ MASTER = "local[2,3]"
 
 
 class SparkConnectServer:
-    def __init__(self, home: Path, port: int, master: str = MASTER) -> None:
-        self.home = home / "spark-connect"
+    def __init__(self, home: Path, port: int, master: str = MASTER, folder: str = "spark-connect",
+                 conf: dict[str, str] | None = None) -> None:
+        """`folder`: its own under `home` (log, pid file, artifacts), for a second server on another master;
+        `conf`: more of spark-submit's --conf, for that master."""
+        self.home = home / folder
         self.port = port
         self.master = master
+        self.conf = conf or {}
         self.log = self.home / "spark-connect.log"
         self.pid_file = self.home / "spark-connect.pid"
 
@@ -50,6 +54,8 @@ class SparkConnectServer:
                    "--conf", f"spark.redaction.regex={REDACTION_REGEX}",
                    "--conf", f"spark.sql.redaction.options.regex={REDACTION_REGEX}",
                    "--conf", f"spark.local.dir={self.home / 'tmp'}"]
+        for key, value in self.conf.items():
+            command += ["--conf", f"{key}={value}"]
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
         # Faults travel with each batch, never here; and this server is a classic Spark application.
         for name in ("EOSBATCH_FAULT", "EOSBATCH_FAULT_FIRED", "SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):

@@ -72,6 +72,24 @@ def test_no_fired_file_no_record_and_other_points_do_not_act(tmp_path):
     assert done.returncode == 0 and "survived" in done.stdout
 
 
+def test_a_carried_fault_acts_in_a_python_worker_that_passed_the_point_in_an_earlier_run(tmp_path):
+    """A Spark Python worker serves the tasks of run after run: a task of the first run passed the point and
+    lost the claim to another worker; the point must still act for the next run (its own fired file)."""
+    first, second = tmp_path / "first.fired", tmp_path / "second.fired"
+    (tmp_path / "first.fired.process.mid_staging.claim").touch()  # another worker of the first run claimed it
+    script = ("from eosbatch import faults\n"
+              f"faults.point('process.mid_staging', {{'{faults.FAULT}': 'process.mid_staging', "
+              f"'{faults.FIRED}': {str(first)!r}}})\n"
+              "print('first run passed', flush=True)\n"
+              f"faults.point('process.mid_staging', {{'{faults.FAULT}': 'process.mid_staging', "
+              f"'{faults.FIRED}': {str(second)!r}}})\n"
+              "print('survived', flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", script], env={}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == faults.EXIT_CODE, done.stdout + done.stderr
+    assert "first run passed" in done.stdout and "survived" not in done.stdout
+    assert [point for point, _ in control.fired(second)] == ["process.mid_staging"]
+
+
 @pytest.mark.parametrize("value", ["commit.after_commit:pause", "commit.after_commit@0", "commit.after_commit@x",
                                    ":stop"])
 def test_a_malformed_fault_is_refused_not_ignored(value):
