@@ -26,6 +26,7 @@ from eosbatch.stack.processes import alive
 from eosbatch.stack.spark_cluster import SparkCluster
 from tests.chaos.control import Runner, end_exactly_once, wait_until
 from tests.chaos.control import session as process_session
+from tests.conftest import _unavailable
 from tests.scenario import ROOT, Scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
@@ -46,10 +47,7 @@ def on_cluster(settings) -> Iterator[OnCluster]:
     try:
         stack.cluster_up(log=lambda _: None)
     except Exception as exc:  # noqa: BLE001 - any failure to start it is reported the same way
-        reason = f"the Spark cluster did not start: {type(exc).__name__}: {exc}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true: {reason}", pytrace=False)
-        pytest.skip(reason)
+        _unavailable(f"the Spark cluster did not start: {type(exc).__name__}: {exc}")
     try:
         yield OnCluster(cluster, connect.url)
     finally:
