@@ -37,6 +37,7 @@ class Versions:
             producer.produce(self.input, partition=partition, key=key.encode(),
                              value=json.dumps({"id": key, "val": value, "version": version}).encode())
         producer.commit_transaction(30)
+        generate.await_markers(self.settings, [self.input])
 
     def run(self, pipeline: str) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "EOSBATCH_PIPELINES": "tests.pipelines.versions", "EOSBATCH_TEST_SUFFIX": self.suffix,

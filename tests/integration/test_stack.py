@@ -12,6 +12,7 @@ from eosbatch.ledger import migrate, store
 from eosbatch.ledger.exceptions import LedgerSchemaMissing
 from eosbatch.protocol.ranges import TopicPartition
 from eosbatch.verify import read_topic
+from examples.orders import generate
 
 pytestmark = pytest.mark.integration
 
@@ -36,6 +37,7 @@ def test_read_committed_sees_committed_records_and_never_aborted_ones(settings, 
         producer.produce(topic, value=value)
         producer.flush(30)
         (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    generate.await_markers(settings, [topic])
     committed = [r.value for r in read_topic(settings, topic)]
     everything = [r.value for r in read_topic(settings, topic, "read_uncommitted")]
     assert committed == [b"kept-1", b"kept-2"]
@@ -53,6 +55,7 @@ def test_last_stable_offset_stops_before_an_open_transaction(settings, unique):
         producer.produce(topic, value=b"committed-%d" % i)
     producer.flush(30)
     producer.commit_transaction(30)
+    generate.await_markers(settings, [topic])
     tp = TopicPartition(topic, 0)
     stable_before = bounds(settings, [topic])[tp].stable
     assert stable_before == 4  # three records and the commit marker
@@ -62,6 +65,7 @@ def test_last_stable_offset_stops_before_an_open_transaction(settings, unique):
     open_bounds = bounds(settings, [topic])[tp]
     assert open_bounds.stable == stable_before, "the LSO must not move past an open transaction"
     producer.commit_transaction(30)
+    generate.await_markers(settings, [topic])
     assert bounds(settings, [topic])[tp].stable == stable_before + 2
 
 
