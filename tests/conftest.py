@@ -19,6 +19,19 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"stack unavailable: {reason}")
 
 
+LONG_LIVED_BATCH_ID = 3_000_000
+
+
+def long_lived_ids(settings: config.Settings) -> None:
+    """Start the ledger's batch ids where a long-lived ledger has them (a batch a minute for years), not at 1:
+    a fresh ledger hid a commit that overflowed 32-bit arithmetic once batch ids passed 2,147."""
+    from eosbatch.ledger import store
+
+    with store.transaction(settings) as cur:
+        cur.execute("SELECT setval('eosbatch.batches_id_seq', %s) FROM eosbatch.batches_id_seq WHERE last_value < %s",
+                    (LONG_LIVED_BATCH_ID, LONG_LIVED_BATCH_ID))
+
+
 @pytest.fixture(scope="session")
 def settings() -> config.Settings:
     try:
@@ -27,11 +40,10 @@ def settings() -> config.Settings:
 
             os.environ.update(stack.up(log=lambda _: None).env())
         loaded = config.load()
-        from eosbatch.ledger import migrate, store
+        from eosbatch.ledger import migrate
 
         migrate.upgrade(loaded.database_url)
-        with store.transaction(loaded) as cur:
-            cur.execute("SELECT 1")
+        long_lived_ids(loaded)
         from eosbatch.kafka.offsets import admin
 
         admin(loaded).list_topics(timeout=20)

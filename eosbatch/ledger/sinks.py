@@ -341,7 +341,7 @@ def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: boo
         where = (sql.SQL("{p}, COALESCE((SELECT br.incarnation FROM eosbatch.batch_ranges br WHERE br.batch_id = "
                          "%(batch)s AND br.topic = {t} AND br.partition = {p}), 0), r.{o}").format(
                              p=partition, t=topic, o=sql.Identifier("offset")) if position
-                 else sql.SQL("-1, 0, -(%(batch)s * 1000000 + row_number() OVER ())"))
+                 else sql.SQL("-1, 0, -(%(batch)s::bigint * 1000000 + row_number() OVER ())"))
         too_big = sql.SQL(
             'INSERT INTO eosbatch.dead_letters (pipeline, batch_id, topic, partition, incarnation, "offset", key, '
             "value, error) "

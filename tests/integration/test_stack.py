@@ -13,6 +13,7 @@ from eosbatch.ledger.exceptions import LedgerSchemaMissing
 from eosbatch.protocol.ranges import TopicPartition
 from eosbatch.verify import read_topic
 from examples.orders import generate
+from tests.conftest import long_lived_ids
 
 pytestmark = pytest.mark.integration
 
@@ -83,6 +84,7 @@ def test_migrations_downgrade_and_upgrade(settings):
             pass  # the ledger's own connections refuse a database without the ledger, naming the way out
     finally:
         migrate.upgrade(url, "head")
+        long_lived_ids(settings)
     assert migrate.current(url) == migrate.head()
     with store.transaction(settings) as cur:
         cur.execute("SELECT to_regclass('eosbatch.committed_ranges')")
