@@ -21,6 +21,10 @@ TRANSACTION_TIMEOUT = "EOSBATCH_TRANSACTION_TIMEOUT_MS"
 CONNECT_TIMEOUT = "EOSBATCH_CONNECT_TIMEOUT_S"
 LOG_DIR = "EOSBATCH_LOG_DIR"
 STAGING_WRITERS = "EOSBATCH_STAGING_WRITERS"  # at most this many Spark tasks stage a batch (PostgreSQL connections)
+COMPACT_EVERY = "EOSBATCH_COMPACT_EVERY"  # compact the ledger after every N-th commit of a pipeline (0: never)
+COMPACT_AFTER_DAYS = "EOSBATCH_COMPACT_AFTER_DAYS"  # ... the detail of batches published longer ago than this
+DEFAULT_COMPACT_EVERY = 1000
+DEFAULT_COMPACT_AFTER_DAYS = 7.0
 
 # librdkafka's own bounds for transaction.timeout.ms; the broker's transaction.max.timeout.ms (15 min by
 # default) is checked by the broker at init_transactions(), and eosbatch names both values then.
@@ -54,6 +58,10 @@ class Settings(NamedTuple):
     spark_remote: str = ""  # a Spark Connect URL: batches run there; "" = spark-submit on spark_master
     spark_jars: tuple[str, ...] = ()  # spark-submit's --jars (a Connect server has its own, from its start)
     staging_writers: int = 0  # 0: as many as the batch has Spark partitions (the executors' cores bound them)
+    # The ledger keeps a committed range per partition and batch; finalize merges the old ones every N commits
+    # (eosbatch compact, on its own), so the ledger does not grow with the history. 0: never.
+    compact_every: int = DEFAULT_COMPACT_EVERY
+    compact_after_days: float = DEFAULT_COMPACT_AFTER_DAYS
 
     def kafka(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings for a client: bootstrap + the user's extra config + the caller's needs."""
@@ -153,7 +161,22 @@ def load(env: dict[str, str] | None = None) -> Settings:
     log_dir = env.get(LOG_DIR, "").strip() or default_log_dir(env)
     return Settings(url, bootstrap, extra, master, _transaction_timeout(env), connect_timeout_s(env), log_dir,
                     _lease_seconds(env.get(LEASE_SECONDS, "").strip()), _spark_remote(env.get(SPARK_REMOTE, "")),
-                    _spark_jars(env.get(SPARK_JARS, "")), _staging_writers(env.get(STAGING_WRITERS, "").strip()))
+                    _spark_jars(env.get(SPARK_JARS, "")), _staging_writers(env.get(STAGING_WRITERS, "").strip()),
+                    *_compaction(env))
+
+
+def _compaction(env: dict[str, str]) -> tuple[int, float]:
+    every = env.get(COMPACT_EVERY, "").strip() or str(DEFAULT_COMPACT_EVERY)
+    if not every.isdigit():
+        raise ConfigError(COMPACT_EVERY, f"expected a whole number of commits >= 0 (0: never compact), got {every!r}")
+    days = env.get(COMPACT_AFTER_DAYS, "").strip() or str(DEFAULT_COMPACT_AFTER_DAYS)
+    try:
+        after = float(days)
+    except ValueError:
+        after = -1.0
+    if not 0 <= after < 100_000:
+        raise ConfigError(COMPACT_AFTER_DAYS, f"expected a number of days >= 0, got {days!r}")
+    return int(every), after
 
 
 def _staging_writers(raw: str) -> int:

@@ -51,3 +51,28 @@ def test_compact_merges_old_detail_and_the_pipeline_stays_exactly_once(settings,
     assert _rows(settings, scenario.pipeline) == (3, 0)
     scenario.assert_exactly_once()
     assert commands.verify(scenario.pipeline, recompute=False, log=lambda _: None).ok
+
+
+def test_finalize_compacts_the_ledger_every_nth_commit(settings, unique, monkeypatch) -> None:
+    monkeypatch.setenv("EOSBATCH_COMPACT_EVERY", "2")
+    monkeypatch.setenv("EOSBATCH_COMPACT_AFTER_DAYS", "0")
+    scenario = Scenario(settings, unique, "totals", batch=500)
+    done = scenario.run()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "ledger compacted" in done.stdout + done.stderr
+    with store.transaction(settings) as cur:
+        cur.execute("SELECT b.commit_seq, count(r.batch_id) FROM eosbatch.batches b LEFT JOIN eosbatch.batch_ranges r "
+                    "ON r.batch_id = b.id WHERE b.pipeline = %s AND b.state = 'published' GROUP BY b.commit_seq "
+                    "ORDER BY b.commit_seq", (scenario.pipeline,))
+        detail = dict(cur.fetchall())
+        cur.execute("SELECT count(*) FROM eosbatch.committed_ranges c JOIN eosbatch.batches b ON b.id = c.batch_id "
+                    "WHERE c.pipeline = %s AND b.commit_seq <= %s", (scenario.pipeline, max(detail) // 2 * 2))
+        merged = cur.fetchone()[0]
+    last_compaction = max(detail) // 2 * 2
+    assert len(detail) >= 4 and last_compaction >= 4, detail
+    # the batches up to the last compaction kept no range detail, and their coverage is one run per partition
+    assert {seq: n for seq, n in detail.items() if seq <= last_compaction} == dict.fromkeys(
+        range(1, last_compaction + 1), 0)
+    assert all(n > 0 for seq, n in detail.items() if seq > last_compaction)
+    assert merged == 3
+    scenario.assert_exactly_once()
