@@ -1,13 +1,17 @@
 """Scale: the steps' cost as the partition count grows, and the ledger's growth per batch.
 
-    .venv/bin/python -m bench.scale [--partitions 10,100,1000] [--per-partition 20] [--batches 40] [--keep]
+    .venv/bin/python -m bench.scale [--partitions 10,100,1000] [--per-partition 20] [--batches 10000]
+                                    [--real-batches 5]
 
 - For each partition count P, a fresh topic of P partitions with `per-partition` records in each, one batch
   over all of it: plan, process, commit, publish (+ finalize) timed one by one, then `status` and `ranges`
   (what an operator runs), and the ledger rows the batch added.
-- Then `--batches` small batches of one 10-partition pipeline (`eosbatch run`, one process): the ledger's
-  size (every table and index of the `eosbatch` schema, pg_total_relation_size) and rows per batch, and
-  the plan step's time at the first and the last batches (does it grow with the history?).
+- Then a history of `--batches` small batches of one 10-partition pipeline, each planned by the plan step and
+  taken to published by the ledger writes alone (no Spark: 10,000 batches in minutes): the ledger's size
+  (every table and index of the `eosbatch` schema, pg_total_relation_size) and rows per batch, the plan
+  step's time at the first and the last tenth; then `--real-batches` batches through the engine, a
+  compaction (`eosbatch compact`'s store.compact) and as many again: does the plan or a batch slow down
+  with the history, and what does compaction give back?
 
 Same stack selection as bench.run (EOSBATCH_HOME and the ports, or EOSBATCH_DATABASE_URL +
 EOSBATCH_KAFKA_BOOTSTRAP). docs/scaling.md models a 1,000-partition, 10^9-records-a-day pipeline from these.
@@ -106,38 +110,108 @@ def partitions_case(settings: Settings, run: Run, partitions: int) -> list[str]:
 HISTORY_PARTITIONS, HISTORY_BATCH = 10, 100  # the history case: offsets per batch over 10 partitions
 
 
-def history_case(settings: Settings, run: Run, partitions: int = HISTORY_PARTITIONS,
+def ledger_only_batch(settings: Settings, pipeline: str, batch: store.Batch) -> None:
+    """Take a planned batch through staged, committed and published with the ledger writes that process,
+    commit and finalize make (the same store calls, offsets moved, coverage claimed, a commit sequence), but
+    no Spark and no sink or output rows: a history of ten thousand batches in minutes, row for row the
+    shape that real batches leave."""
+    records = sum(r.end - r.start for r in batch.ranges)
+    with store.transaction(settings) as cur:
+        batch = store.get_batch(cur, batch.id, lock=True)
+        store.check_epoch(cur, batch, lock=True)
+        batch = store.set_state(cur, batch, "staged", writers={"sink": {}, "dead_letters": {}, "columns": []},
+                                records_read=records, dead_letters=0)
+        store.claim_coverage(cur, batch)
+        for r in batch.ranges:
+            cur.execute("UPDATE eosbatch.partition_offsets SET next_offset = %s "
+                        "WHERE pipeline = %s AND topic = %s AND partition = %s",
+                        (r.end, pipeline, r.topic, r.partition))
+        batch = store.set_state(cur, batch, "committed", sink_rows=records, dead_letters=0, outbox_records=0,
+                                commit_seq=store.next_commit_seq(cur, pipeline))
+        cur.execute("UPDATE eosbatch.batches SET committed_at = now() WHERE id = %s", (batch.id,))
+        store.set_state(cur, batch, "published", published_records=0)
+
+
+def _pipeline_rows(settings: Settings, pipeline: str) -> dict[str, int]:
+    with store.transaction(settings) as cur:
+        cur.execute("SELECT (SELECT count(*) FROM eosbatch.batches WHERE pipeline = %(p)s), "
+                    "(SELECT count(*) FROM eosbatch.batch_ranges r JOIN eosbatch.batches b ON b.id = r.batch_id "
+                    " WHERE b.pipeline = %(p)s), "
+                    "(SELECT count(*) FROM eosbatch.committed_ranges WHERE pipeline = %(p)s)", {"p": pipeline})
+        return dict(zip(("batches", "batch_ranges", "committed_ranges"), cur.fetchone(), strict=True))
+
+
+def _median_ms(seconds: list[float]) -> str:
+    return f"{statistics.median(seconds) * 1000:.0f} ms"
+
+
+def history_case(settings: Settings, run: Run, batches: int, real: int, partitions: int = HISTORY_PARTITIONS,
                  per_batch: int = HISTORY_BATCH) -> list[str]:
+    """`batches` batches written ledger-only (each planned by the real plan step, then ledger_only_batch),
+    then `real` batches through the engine, then a compaction and `real` more: the plan's time and the
+    ledger's size as the history grows, and what compaction gives back."""
     generate(settings, topic=run.topic, records=run.records, partitions=partitions, abort_every=0,
              transaction_size=TRANSACTION_SIZE, malformed_every=0, value_padding=_padding())
     ensure_topics(settings, {run.output: partitions})
     before = ledger(settings)
     plans: list[float] = []
     started = time.perf_counter()
-    while True:
+    for _ in range(batches):
         batch, plan_s = _timed(steps.plan, run.name)
         if batch is None:
-            break
+            raise RuntimeError(f"{run.name}: the topic ran out after {len(plans)} batches")
         plans.append(plan_s)
-        steps.run_batch(run.name, batch)
-    seconds = time.perf_counter() - started
+        ledger_only_batch(settings, run.name, batch)
+    history_s = time.perf_counter() - started
     after = ledger(settings)
+    rows = _pipeline_rows(settings, run.name)
+
+    def real_batches() -> tuple[list[float], list[float]]:
+        planned, whole = [], []
+        for _ in range(real):
+            started = time.perf_counter()
+            batch, plan_s = _timed(steps.plan, run.name)
+            if batch is None:
+                raise RuntimeError(f"{run.name}: the topic ran out")
+            done = steps.run_batch(run.name, batch)
+            if done.state != "published":
+                raise RuntimeError(f"{run.name}: batch {batch.id} is {done.state}")
+            planned.append(plan_s)
+            whole.append(time.perf_counter() - started)
+        return planned, whole
+
+    real_plans, real_whole = real_batches()
+    with store.transaction(settings) as cur:
+        compacted, compact_s = _timed(store.compact, cur, run.name, 0)
+    after_compact = _pipeline_rows(settings, run.name)
+    compacted_plans, compacted_whole = real_batches()
     n = len(plans)
-    grew = _grew(before, after)
     head, tail = plans[: max(1, n // 10)], plans[-max(1, n // 10):]
-    return [f"{n:,} batches of {per_batch} offsets, {partitions} partitions, in {seconds:.0f}s",
-            f"ledger +{(after.bytes - before.bytes) / n / 1024:.1f} KiB per batch",
-            "rows per batch: " + ", ".join(f"{t} {g / n:.1f}" for t, g in sorted(grew.items())),
-            f"plan: first tenth median {statistics.median(head) * 1000:.0f} ms, last tenth median "
-            f"{statistics.median(tail) * 1000:.0f} ms",
-            f"ledger now {after.bytes / 1024 / 1024:.1f} MiB, {sum(after.rows.values()):,} rows in all pipelines"]
+    return [f"{n:,} batches of {per_batch} offsets over {partitions} partitions written ledger-only in "
+            f"{history_s:.0f}s (each planned by the plan step), then {real} real batches, a compaction, {real} more",
+            f"ledger +{(after.bytes - before.bytes) / n / 1024:.2f} KiB per batch "
+            f"({(after.bytes - before.bytes) / 1024 / 1024:.1f} MiB for the history)",
+            "this pipeline's rows: " + ", ".join(f"{t} {c:,}" for t, c in rows.items()),
+            f"plan: first tenth median {_median_ms(head)}, last tenth median {_median_ms(tail)}",
+            f"real batches after the history: plan median {_median_ms(real_plans)}, whole batch median "
+            f"{_median_ms(real_whole)}",
+            f"compact: {compacted.batches:,} batches, committed_ranges {compacted.committed_before:,} -> "
+            f"{compacted.committed_after:,}, "
+            f"batch_ranges -{compacted.batch_ranges_deleted:,}, in {compact_s:.2f}s; now "
+            + ", ".join(f"{t} {c:,}" for t, c in after_compact.items()),
+            f"real batches after compaction: plan median {_median_ms(compacted_plans)}, whole batch median "
+            f"{_median_ms(compacted_whole)}",
+            f"ledger now {ledger(settings).bytes / 1024 / 1024:.1f} MiB in all pipelines (before VACUUM)"]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", default="10,100,1000", help="comma-separated (default %(default)s)")
     parser.add_argument("--per-partition", type=int, default=20)
-    parser.add_argument("--batches", type=int, default=40, help="of the history case (0: skip it)")
+    parser.add_argument("--batches", type=int, default=10_000,
+                        help="of the history case, written ledger-only (0: skip it)")
+    parser.add_argument("--real-batches", type=int, default=5,
+                        help="through the engine after the history, and again after compacting it")
     args = parser.parse_args(argv)
     settings = _settings()
     stamp = time.strftime("%Y%m%d_%H%M%S")
@@ -145,16 +219,17 @@ def main(argv: list[str] | None = None) -> None:
     # a budget of twice the records: one batch over everything, commit markers included
     cases = [(Run(f"bench_{stamp}_p{p}", p * args.per_partition), p, 2 * p * args.per_partition + 4 * p)
              for p in counts]
-    history = Run(f"bench_{stamp}_history", args.batches * HISTORY_BATCH)
+    history = Run(f"bench_{stamp}_history", (args.batches + 2 * args.real_batches) * HISTORY_BATCH)
     define([*cases, (history, HISTORY_PARTITIONS, HISTORY_BATCH)])
     rows: list[list[Any]] = []
     for run, partitions, _ in cases:
         rows.append(partitions_case(settings, run, partitions))
         print(f"{partitions} partitions: done", flush=True)
-    print("\n" + _table(["partitions", "records read", "plan s", "process s", "commit s", "publish s", "status s",
-                         "ranges s", "batch/committed ranges rows"], rows))
+    if rows:
+        print("\n" + _table(["partitions", "records read", "plan s", "process s", "commit s", "publish s", "status s",
+                             "ranges s", "batch/committed ranges rows"], rows))
     if args.batches:
-        print("\n" + "\n".join(history_case(settings, history)))
+        print("\n" + "\n".join(history_case(settings, history, args.batches, args.real_batches)))
 
 
 if __name__ == "__main__":
