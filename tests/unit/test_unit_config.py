@@ -226,3 +226,14 @@ def test_staging_writers_is_a_bounded_whole_number() -> None:
     for bad in ("0", "-1", "many", "10001"):
         error = failure(env(EOSBATCH_STAGING_WRITERS=bad))
         assert error.field == "EOSBATCH_STAGING_WRITERS" and "PostgreSQL connections" in str(error)
+
+
+def test_compaction_settings_default_and_are_validated() -> None:
+    defaults = load(env())
+    assert (defaults.compact_every, defaults.compact_after_days) == (1000, 7.0)
+    assert (load(env(EOSBATCH_COMPACT_EVERY="0", EOSBATCH_COMPACT_AFTER_DAYS="0.5")).compact_every,
+            load(env(EOSBATCH_COMPACT_AFTER_DAYS="0.5")).compact_after_days) == (0, 0.5)
+    for field, bad in (("EOSBATCH_COMPACT_EVERY", "-1"), ("EOSBATCH_COMPACT_EVERY", "often"),
+                       ("EOSBATCH_COMPACT_AFTER_DAYS", "-2"), ("EOSBATCH_COMPACT_AFTER_DAYS", "a week")):
+        error = failure(env(**{field: bad}))
+        assert error.field == field and bad in str(error)
