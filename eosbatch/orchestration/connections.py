@@ -175,15 +175,23 @@ def spark_connect_env(conn: ConnectionLike, conn_id: str = SPARK_CONN_ID) -> Con
     return Converted({config.SPARK_REMOTE: url}, [])
 
 
+def pipeline_conn_id(conn_id: str, pipeline: str) -> str:
+    """The connection that serves one pipeline only (`eosbatch_postgres__<pipeline>`), before the shared one:
+    pipelines of one Airflow can write to different databases, or reach Kafka as different principals."""
+    return f"{conn_id}__{pipeline}"
+
+
 def export_settings(log: Log = print, get: Callable[[str], ConnectionLike | None] = _airflow_connection,
-                    environ: dict[str, str] | None = None) -> config.Settings:
-    """Resolve the connections into `environ` (os.environ by default) and return the loaded settings."""
+                    environ: dict[str, str] | None = None, pipeline: str | None = None) -> config.Settings:
+    """Resolve the connections into `environ` (os.environ by default) and return the loaded settings.
+    For a pipeline, its own connections (pipeline_conn_id) come first."""
     target = os.environ if environ is None else environ
-    for conn_id, convert in ((POSTGRES_CONN_ID, postgres_env), (KAFKA_CONN_ID, kafka_env),
-                             (SPARK_CONN_ID, spark_connect_env)):
-        conn = get(conn_id)
+    for shared, convert in ((POSTGRES_CONN_ID, postgres_env), (KAFKA_CONN_ID, kafka_env),
+                            (SPARK_CONN_ID, spark_connect_env)):
+        candidates = [pipeline_conn_id(shared, pipeline), shared] if pipeline else [shared]
+        conn_id, conn = next(((c, found) for c in candidates if (found := get(c)) is not None), (shared, None))
         if conn is None:
-            log(f"connection {conn_id}: not defined; using the environment")
+            log(f"connection {' or '.join(candidates)}: not defined; using the environment")
             continue
         if conn.password:
             _mask(conn.password)

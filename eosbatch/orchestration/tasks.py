@@ -39,9 +39,9 @@ def _terminal_fails_for_good(step: str) -> Iterator[None]:
         raise AirflowFailException(f"{step}: {type(exc).__name__}: {exc} (terminal: no retry)") from exc
 
 
-def _prepare(step: str) -> None:
+def _prepare(step: str, pipeline: str) -> None:
     with _terminal_fails_for_good(step):
-        connections.export_settings(_log)
+        connections.export_settings(_log, pipeline=pipeline)
 
 
 @contextmanager
@@ -110,7 +110,7 @@ def _release(pipeline: str, owner: str | None) -> None:
 def plan(pipeline: str, owner: str | None = None, outlet_events: Any = None) -> int | None:
     """Recover, then plan the next batch; its id, or None when caught up (the rest of the run is skipped).
     Takes the lane's lease for `owner` (the DAG run); LaneBusy (retried) while another runner holds it."""
-    _prepare("plan")
+    _prepare("plan", pipeline)
     from eosbatch import steps
 
     with _terminal_fails_for_good("plan"), _announced(pipeline, outlet_events):  # a roll-forward publishes
@@ -124,7 +124,7 @@ def plan(pipeline: str, owner: str | None = None, outlet_events: Any = None) -> 
 
 
 def process(pipeline: str, batch_id: int, owner: str | None = None) -> None:
-    _prepare("process")
+    _prepare("process", pipeline)
     from eosbatch import steps
 
     with _terminal_fails_for_good("process"), _lease_held(pipeline, owner, heartbeat=True):
@@ -132,7 +132,7 @@ def process(pipeline: str, batch_id: int, owner: str | None = None) -> None:
 
 
 def commit(pipeline: str, batch_id: int, owner: str | None = None, outlet_events: Any = None) -> dict[str, Any]:
-    _prepare("commit")
+    _prepare("commit", pipeline)
     from eosbatch import steps
 
     with _terminal_fails_for_good("commit"), _lease_held(pipeline, owner), _announced(pipeline, outlet_events):
@@ -143,7 +143,7 @@ def commit(pipeline: str, batch_id: int, owner: str | None = None, outlet_events
 
 
 def publish(pipeline: str, batch_id: int, owner: str | None = None) -> int | None:
-    _prepare("publish")
+    _prepare("publish", pipeline)
     from eosbatch import steps
 
     with _terminal_fails_for_good("publish"), _lease_held(pipeline, owner, heartbeat=True):
@@ -153,7 +153,7 @@ def publish(pipeline: str, batch_id: int, owner: str | None = None) -> int | Non
 def finalize(pipeline: str, batch_id: int, produced: int | None, owner: str | None = None,
              outlet_events: Any = None) -> str:
     """Mark the batch published; the run is done, so the lane's lease is released for the next runner."""
-    _prepare("finalize")
+    _prepare("finalize", pipeline)
     from eosbatch import steps
 
     with _terminal_fails_for_good("finalize"), _announced(pipeline, outlet_events):
@@ -168,7 +168,7 @@ def abort(pipeline: str, batch_id: int | None, run_id: str, owner: str | None = 
     if batch_id is None:
         _log(f"{pipeline}: no batch was planned in this run; nothing to abort")
         return []
-    _prepare("abort")
+    _prepare("abort", pipeline)
     from eosbatch import steps
 
     with _terminal_fails_for_good("abort"):
@@ -182,7 +182,7 @@ def summary(pipeline: str, batch_id: int | None) -> dict[str, Any]:
     """What a micro-batch run did, from the ledger: the batch's state and counts, or that it was caught up."""
     if batch_id is None:
         return {"pipeline": pipeline, "caught_up": True}
-    _prepare("done")
+    _prepare("done", pipeline)
     from eosbatch import config
     from eosbatch.ledger import store
 
@@ -200,7 +200,7 @@ def summary(pipeline: str, batch_id: int | None) -> dict[str, Any]:
 def verify_batch(pipeline: str, batch_id: int) -> list[str]:
     """`eosbatch verify PIPELINE --batch N` as a task: the findings as lines; a violation fails the task
     for good (AirflowFailException), naming what broke."""
-    _prepare("verify")
+    _prepare("verify", pipeline)
     from eosbatch import commands
 
     with _terminal_fails_for_good("verify"):
@@ -220,7 +220,7 @@ def verify_batch(pipeline: str, batch_id: int) -> list[str]:
 
 def _backfill(pipeline: str, conf: dict[str, Any], dry_run: bool, outlet_events: Any = None) -> Any:
     request = params.backfill_request(conf)
-    _prepare("backfill")
+    _prepare("backfill", pipeline)
     from eosbatch import commands
     from eosbatch.backfill import describe
 
@@ -286,7 +286,7 @@ def backfill_total(pipeline: str, results: list[dict[str, Any]]) -> dict[str, An
 
 
 def replay(pipeline: str, batch_id: int, outlet_events: Any = None) -> dict[str, Any]:
-    _prepare("replay")
+    _prepare("replay", pipeline)
     from eosbatch import commands
 
     with _terminal_fails_for_good("replay"), _announced(pipeline, outlet_events):

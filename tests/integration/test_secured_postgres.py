@@ -8,39 +8,21 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
-import threading
 import time
-from pathlib import Path
 
 import psycopg2
 import pytest
 
 from eosbatch import faults, stack
 from eosbatch.ledger import store
+from tests import leaks
 from tests.scenario import Scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
-def _command_lines(stop: threading.Event, seen: set[str]) -> None:
-    """Every process's arguments (what `ps` shows), sampled until `stop`."""
-    while not stop.is_set():
-        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-            try:
-                seen.add(cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-            except OSError:
-                pass
-        time.sleep(0.1)
-
-
-def _stack_logs() -> dict[Path, int]:
-    """The embedded stack's logs (PostgreSQL's, the broker's, the Spark Connect server's) and their sizes."""
-    skip = {"data", "cache", "airflow", "bench-checkpoints"}
-    return {path: path.stat().st_size for path in stack.home().rglob("*.log") if not skip & set(path.parts)}
-
-
 def test_password_role_runs_exactly_once_and_the_password_is_nowhere(settings, unique, tmp_path) -> None:
-    before = _stack_logs()
+    before = leaks.stack_logs()
     password = "pw-" + secrets.token_urlsafe(18)
     role, database = f"eosbatch_app_{unique}", f"secured_{unique}"
     url = stack.add_password_role(role, password, database)
@@ -60,14 +42,8 @@ def test_password_role_runs_exactly_once_and_the_password_is_nowhere(settings, u
         crashed = cli(scenario, "run", scenario.pipeline, fault="commit.before_commit")
         assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-2000:]
 
-        stop, seen = threading.Event(), set()
-        watcher = threading.Thread(target=_command_lines, args=(stop, seen), daemon=True)
-        watcher.start()
-        try:
+        with leaks.command_lines() as seen:
             recovered = cli(scenario, "run", scenario.pipeline)
-        finally:
-            stop.set()
-            watcher.join()
         assert recovered.returncode == 0, recovered.stderr[-2000:]
         assert cli(scenario, "status", scenario.pipeline).returncode == 0
         scenario.assert_exactly_once()
@@ -105,10 +81,7 @@ def test_password_role_runs_exactly_once_and_the_password_is_nowhere(settings, u
                   "the ledger's rows": "\n".join(ledger)}
         for path in (p for p in logs.rglob("*") if p.is_file()):
             places[str(path)] = path.read_text(errors="replace")
-        for path in _stack_logs():  # what they logged during this test
-            with path.open("rb") as log:
-                log.seek(before.get(path, 0))
-                places[str(path)] = log.read().decode(errors="replace")
+        places.update(leaks.grown_since(before))  # what the stack's logs gained during this test
         found = [where for where, text in places.items() if password in text]
         assert found == [], f"the password appears in: {found}"
         assert any(f"eosbatch run {scenario.pipeline}" in line or "eosbatch.cli run" in line for line in seen)

@@ -106,22 +106,31 @@ class LocalAirflow:
         raise AssertionError(f"{dag_id} {run_id}: still {state} after {timeout:.0f}s; tasks: "
                              f"{self.tasks(dag_id, run_id)}")
 
-    def clear(self, dag_id: str, run_id: str, task_id: str, map_index: int) -> None:
-        """Clear one (mapped) task instance as the grid's Clear button does (the REST API: the CLI clears
-        every map index), so the scheduler runs it again."""
+    def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """A call to the API server's REST API (/api/v2), as the UI makes it (all users are admins here)."""
         import urllib.request
 
         base = f"http://127.0.0.1:{local.api_port()}"
-        with urllib.request.urlopen(f"{base}/auth/token", timeout=30) as reply:  # all users are admins here
+        with urllib.request.urlopen(f"{base}/auth/token", timeout=30) as reply:
             token = json.loads(reply.read())["access_token"]
-        body = {"dry_run": False, "only_failed": False, "dag_run_id": run_id, "task_ids": [[task_id, map_index]],
-                "reset_dag_runs": True}
-        request = urllib.request.Request(f"{base}/api/v2/dags/{dag_id}/clearTaskInstances", method="POST",
-                                         data=json.dumps(body).encode(), headers={
+        request = urllib.request.Request(f"{base}/api/v2/{path}", method=method,
+                                         data=None if body is None else json.dumps(body).encode(), headers={
                                              "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=30) as reply:
-            cleared = json.loads(reply.read())["task_instances"]
+            text = reply.read()
+        return json.loads(text) if text else None
+
+    def clear(self, dag_id: str, run_id: str, task_id: str, map_index: int) -> None:
+        """Clear one (mapped) task instance as the grid's Clear button does (the REST API: the CLI clears
+        every map index), so the scheduler runs it again."""
+        body = {"dry_run": False, "only_failed": False, "dag_run_id": run_id, "task_ids": [[task_id, map_index]],
+                "reset_dag_runs": True}
+        cleared = self.api("POST", f"dags/{dag_id}/clearTaskInstances", body)["task_instances"]
         assert [(t["task_id"], t["map_index"]) for t in cleared] == [(task_id, map_index)], cleared
+
+    def add_connection(self, conn_id: str, fields: dict[str, Any]) -> None:
+        """As a user adds one in the UI (Admin > Connections): into the metadata database, read by the tasks."""
+        self.api("POST", "connections", {"connection_id": conn_id, **fields})
 
     def runs(self, dag_id: str) -> list[tuple[str, str]]:
         """(run id, run type) of the DAG's runs, oldest first."""

@@ -1,6 +1,8 @@
 """The Airflow side of a password: micro-batch runs through dag.test() whose `eosbatch_postgres` connection
 (from the environment, as a secrets backend would give it) holds a SCRAM role's password, one of them killed
-mid-commit; the password is in no task output, task log file, client log or ledger row."""
+mid-commit; and runs through the real scheduler whose pipeline has a connection of its own in Airflow's
+metadata database, the first of them failing. The password is in no task output, task log file, Airflow
+process log, client or stack log, process argument, `status` or ledger row."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ import pytest
 
 from eosbatch import faults, stack
 from eosbatch.ledger import store
-from eosbatch.orchestration import local
+from eosbatch.orchestration import connections, local
+from tests import leaks
+from tests.orchestration.helpers import LocalAirflow
 from tests.scenario import ROOT, Scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
@@ -74,3 +78,69 @@ def test_a_connections_password_reaches_no_task_log(settings, airflow_db, unique
     assert any("batch" in text for text in said), "the runs logged nothing: nothing was searched"
     print(f"searched the output of {len(said) // 2} dag.test() runs, {len(logs)} log files and {len(ledger)} "
           "ledger rows for the password: none")
+
+
+def _ledger_rows(settings) -> list[str]:
+    with store.transaction(settings) as cur:
+        cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'eosbatch'")
+        rows = []
+        for (table,) in cur.fetchall():
+            cur.execute(f'SELECT t::text FROM eosbatch."{table}" t')  # noqa: S608 - names from the catalog
+            rows.extend(row for (row,) in cur.fetchall())
+    return rows
+
+
+def test_a_pipelines_own_connection_through_the_real_scheduler_leaks_no_password(
+        scheduler: LocalAirflow, settings) -> None:
+    """A second database for one pipeline, reached as a SCRAM role through `eosbatch_postgres__<pipeline>`
+    (added as a user adds it in the UI); the scheduler's other pipelines keep the shared connection. The first
+    run fails (that database has no ledger yet: a terminal error, named), `eosbatch db upgrade`, the second
+    runs the batch exactly-once."""
+    from sqlalchemy.engine import make_url
+
+    suffix = scheduler.suffixes["secured"]
+    password = "pw-" + secrets.token_urlsafe(18)
+    role, database = f"eosbatch_sched_{suffix}", f"secured_sched_{suffix}"
+    url = stack.add_password_role(role, password, database)
+    secured = settings._replace(database_url=url.replace(f"{role}@", f"{role}:{password}@"))
+    scenario = Scenario(secured, suffix, "totals", batch=100_000)
+    dag = f"eosbatch__{scenario.pipeline}"
+    where = make_url(url)
+    before = leaks.stack_logs()
+    airflow_logs = {p: p.stat().st_size for p in (local.home() / "processes").glob("*.log")}
+    scheduler.add_connection(connections.pipeline_conn_id(connections.POSTGRES_CONN_ID, scenario.pipeline), {
+        "conn_type": "postgres", "host": where.host, "port": where.port, "login": role, "password": password,
+        "schema": database})
+    scheduler.unpause(dag)
+
+    with leaks.command_lines() as seen:
+        scheduler.trigger(dag, "secured-1")
+        assert scheduler.wait_run(dag, "secured-1") == "failed"
+        assert scheduler.task_state(dag, "secured-1", "plan") == "failed"
+        upgraded = scenario.cli("db", "upgrade")
+        assert upgraded.returncode == 0, upgraded.stderr[-2000:]
+        scheduler.trigger(dag, "secured-2")
+        assert scheduler.wait_run(dag, "secured-2") == "success", scheduler.timeline(dag, "secured-2")
+    scenario.assert_exactly_once()
+    assert [state for _, _, state in scenario.batches()] == ["published"]
+    status = scenario.cli("status", scenario.pipeline)
+    assert status.returncode == 0 and scenario.pipeline in status.stdout
+
+    task_logs = [p for p in (local.home() / "logs").glob(f"dag_id={dag}/**/*") if p.is_file()]
+    plan_failed = "\n".join(p.read_text(errors="replace") for p in task_logs if "run_id=secured-1" in str(p)
+                            and "task_id=plan" in str(p))
+    assert "LedgerSchemaMissing" in plan_failed and "eosbatch db upgrade" in plan_failed, plan_failed[-3000:]
+    assert f"connection eosbatch_postgres__{scenario.pipeline}: exported" in plan_failed
+    places = {str(p): p.read_text(errors="replace") for p in task_logs}
+    for path, size in airflow_logs.items():  # what the scheduler, API server and DAG processor logged meanwhile
+        with path.open("rb") as log:
+            log.seek(size)
+            places[str(path)] = log.read().decode(errors="replace")
+    places.update(leaks.grown_since(before))
+    places.update({"status": status.stdout + status.stderr, "process arguments": "\n".join(seen),
+                   "the ledger's rows": "\n".join(_ledger_rows(secured))})
+    assert len(task_logs) >= 6  # plan (failed) and abort, then plan, process, commit, publish, finalize, done
+    found = [where for where, text in places.items() if password in text]
+    assert found == [], f"the password appears in: {found}"
+    print(f"searched {len(places)} places ({sum(map(len, places.values())):,} characters, {len(task_logs)} task "
+          "log files) for the password: none")

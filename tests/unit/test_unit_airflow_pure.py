@@ -107,6 +107,19 @@ def test_export_settings_uses_connections_and_falls_back_to_the_environment() ->
     assert all(SECRET not in line for line in lines)
 
 
+def test_a_pipelines_own_connection_comes_before_the_shared_one() -> None:
+    found = {connections.POSTGRES_CONN_ID: conn("postgres", "shared", 5432, "u", SECRET, "db"),
+             "eosbatch_postgres__orders": conn("postgres", "own", 5432, "u", SECRET, "db"),
+             connections.KAFKA_CONN_ID: conn("kafka", extra=json.dumps({"bootstrap.servers": "k:9092"}))}
+    lines: list[str] = []
+    own = connections.export_settings(lines.append, found.get, {}, pipeline="orders")
+    other = connections.export_settings(lines.append, found.get, {}, pipeline="totals")
+    assert "@own:5432" in own.database_url and "@shared:5432" in other.database_url
+    assert own.kafka_bootstrap == other.kafka_bootstrap == "k:9092"
+    assert "connection eosbatch_postgres__orders: exported EOSBATCH_DATABASE_URL" in lines
+    assert "connection eosbatch_spark__orders or eosbatch_spark: not defined; using the environment" in lines
+
+
 def test_export_settings_fails_naming_the_missing_setting() -> None:
     with pytest.raises(ConfigError, match=config.DATABASE_URL):
         connections.export_settings(lambda _: None, lambda _: None, {})
