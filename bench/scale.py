@@ -1,11 +1,12 @@
 """Scale: the steps' cost as the partition count grows, and the ledger's growth per batch.
 
-    .venv/bin/python -m bench.scale [--partitions 10,100,1000] [--per-partition 20] [--batches 10000]
-                                    [--real-batches 5]
+    .venv/bin/python -m bench.scale [--partitions 10,100,1000] [--per-partition 20] [--staging-writers 0,2]
+                                    [--batches 10000] [--real-batches 5]
 
 - For each partition count P, a fresh topic of P partitions with `per-partition` records in each, one batch
   over all of it: plan, process, commit, publish (+ finalize) timed one by one, then `status` and `ranges`
-  (what an operator runs), and the ledger rows the batch added.
+  (what an operator runs), and the ledger rows the batch added; with each `--staging-writers` bound, side by
+  side.
 - Then a history of `--batches` small batches of one 10-partition pipeline, each planned by the plan step and
   taken to published by the ledger writes alone (no Spark: 10,000 batches in minutes): the ledger's size
   (every table and index of the `eosbatch` schema, pg_total_relation_size) and rows per batch, the plan
@@ -102,7 +103,8 @@ def partitions_case(settings: Settings, run: Run, partitions: int) -> list[str]:
     if done.state != "published":
         raise RuntimeError(f"{run.name}: batch {batch.id} is {done.state}")
     # what the last stable offsets showed at plan time (a commit marker may land after the settle check)
-    return [f"{partitions:,}", f"{committed.records_read:,}", f"{plan_s:.2f}", f"{process_s:.2f}", f"{commit_s:.2f}",
+    return [f"{partitions:,}", f"{committed.records_read:,}", f"{plan_s:.2f}", f"{process_s:.2f}",
+            f"{commit_s:.2f}",
             f"{publish_s:.2f}", f"{status_s:.2f}", f"{ranges_s:.2f}",
             f"{grew.get('batch_ranges', 0)}/{grew.get('committed_ranges', 0)}"]
 
@@ -208,6 +210,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", default="10,100,1000", help="comma-separated (default %(default)s)")
     parser.add_argument("--per-partition", type=int, default=20)
+    parser.add_argument("--staging-writers", default="0",
+                        help="EOSBATCH_STAGING_WRITERS values to run each partition count with, side by side "
+                             "(comma-separated; 0: unbounded; default %(default)s)")
     parser.add_argument("--batches", type=int, default=10_000,
                         help="of the history case, written ledger-only (0: skip it)")
     parser.add_argument("--real-batches", type=int, default=5,
@@ -216,18 +221,22 @@ def main(argv: list[str] | None = None) -> None:
     settings = _settings()
     stamp = time.strftime("%Y%m%d_%H%M%S")
     counts = [int(p) for p in args.partitions.split(",") if p]
+    writers = [int(w) for w in args.staging_writers.split(",") if w]
     # a budget of twice the records: one batch over everything, commit markers included
-    cases = [(Run(f"bench_{stamp}_p{p}", p * args.per_partition), p, 2 * p * args.per_partition + 4 * p)
-             for p in counts]
+    cases = [(Run(f"bench_{stamp}_p{p}_w{w}", p * args.per_partition), p, 2 * p * args.per_partition + 4 * p, w)
+             for p in counts for w in writers]
     history = Run(f"bench_{stamp}_history", (args.batches + 2 * args.real_batches) * HISTORY_BATCH)
-    define([*cases, (history, HISTORY_PARTITIONS, HISTORY_BATCH)])
+    define([*((run, p, most) for run, p, most, _ in cases), (history, HISTORY_PARTITIONS, HISTORY_BATCH)])
     rows: list[list[Any]] = []
-    for run, partitions, _ in cases:
-        rows.append(partitions_case(settings, run, partitions))
-        print(f"{partitions} partitions: done", flush=True)
+    for run, partitions, _, bound in cases:
+        os.environ[config.STAGING_WRITERS] = str(bound) if bound else ""
+        rows.append([str(bound or "-"), *partitions_case(settings, run, partitions)])
+        print(f"{partitions} partitions, staging writers {bound or 'unbounded'}: done", flush=True)
+    os.environ.pop(config.STAGING_WRITERS, None)
     if rows:
-        print("\n" + _table(["partitions", "records read", "plan s", "process s", "commit s", "publish s", "status s",
-                             "ranges s", "batch/committed ranges rows"], rows))
+        print("\n" + _table(["staging writers", "partitions", "records read", "plan s", "process s",
+                             "commit s", "publish s", "status s", "ranges s",
+                             "batch/committed ranges rows"], rows))
     if args.batches:
         print("\n" + "\n".join(history_case(settings, history, args.batches, args.real_batches)))
 
