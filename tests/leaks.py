@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from eosbatch import stack
+from eosbatch.config import Settings
+from eosbatch.ledger import store
 
 
 @contextmanager
@@ -50,3 +52,14 @@ def grown_since(before: dict[Path, int]) -> dict[str, str]:
             log.seek(before.get(path, 0))
             grown[str(path)] = log.read().decode(errors="replace")
     return grown
+
+
+def ledger_rows(settings: Settings) -> list[str]:
+    """Every row of every table of the ledger, as text."""
+    with store.transaction(settings) as cur:
+        cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'eosbatch'")
+        rows = []
+        for (table,) in cur.fetchall():
+            cur.execute(f'SELECT t::text FROM eosbatch."{table}" t')  # noqa: S608 - names from the catalog
+            rows.extend(row for (row,) in cur.fetchall())
+    return rows

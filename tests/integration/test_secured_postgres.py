@@ -69,12 +69,7 @@ def test_password_role_runs_exactly_once_and_the_password_is_nowhere(settings, u
                         "AND n.nspname <> 'eosbatch'")
             assert sorted(cur.fetchall()) == [("public", f"crash_totals_{unique}"),  # the sink, and the ledger's
                                               ("public", "eosbatch_alembic_version")]  # revision (Alembic's table)
-            # every row of the ledger, as text
-            cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'eosbatch'")
-            ledger = []
-            for (table,) in cur.fetchall():
-                cur.execute(f'SELECT t::text FROM eosbatch."{table}" t')  # noqa: S608 - names from the catalog
-                ledger.extend(row for (row,) in cur.fetchall())
+        ledger = leaks.ledger_rows(secured)
         assert ledger
 
         places = {"the runs' output and status": "\n".join(said), "process arguments": "\n".join(seen),

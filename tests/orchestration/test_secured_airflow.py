@@ -80,16 +80,6 @@ def test_a_connections_password_reaches_no_task_log(settings, airflow_db, unique
           "ledger rows for the password: none")
 
 
-def _ledger_rows(settings) -> list[str]:
-    with store.transaction(settings) as cur:
-        cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'eosbatch'")
-        rows = []
-        for (table,) in cur.fetchall():
-            cur.execute(f'SELECT t::text FROM eosbatch."{table}" t')  # noqa: S608 - names from the catalog
-            rows.extend(row for (row,) in cur.fetchall())
-    return rows
-
-
 def test_a_pipelines_own_connection_through_the_real_scheduler_leaks_no_password(
         scheduler: LocalAirflow, settings) -> None:
     """A second database for one pipeline, reached as a SCRAM role through `eosbatch_postgres__<pipeline>`
@@ -138,7 +128,7 @@ def test_a_pipelines_own_connection_through_the_real_scheduler_leaks_no_password
             places[str(path)] = log.read().decode(errors="replace")
     places.update(leaks.grown_since(before))
     places.update({"status": status.stdout + status.stderr, "process arguments": "\n".join(seen),
-                   "the ledger's rows": "\n".join(_ledger_rows(secured))})
+                   "the ledger's rows": "\n".join(leaks.ledger_rows(secured))})
     assert len(task_logs) >= 6  # plan (failed) and abort, then plan, process, commit, publish, finalize, done
     found = [where for where, text in places.items() if password in text]
     assert found == [], f"the password appears in: {found}"
