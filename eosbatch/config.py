@@ -33,11 +33,16 @@ DEFAULT_TRANSACTION_TIMEOUT_MS = 600_000
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 
 
+def _digits(raw: str) -> bool:
+    """ASCII digits only: str.isdigit() accepts "²", which int() refuses."""
+    return raw.isascii() and raw.isdigit()
+
+
 def marker_retention_seconds(env: dict[str, str] | None = None) -> float:
     """How long Kafka keeps the marker group's offsets once nothing commits to it: the broker's
     `offsets.retention.minutes` (7 days by default). Set it here when the broker's differs."""
     raw = (os.environ if env is None else env).get(MARKER_RETENTION, "").strip() or "10080"
-    if not raw.isdigit() or int(raw) < 1:
+    if not _digits(raw) or int(raw) < 1:
         raise ConfigError(MARKER_RETENTION, f"must be a whole number of minutes >= 1, got {raw!r}")
     return int(raw) * 60.0
 LEASE_SECONDS = "EOSBATCH_LEASE_SECONDS"
@@ -87,7 +92,7 @@ def default_log_dir(env: dict[str, str] | None = None) -> str:
 def _transaction_timeout(env: dict[str, str]) -> int:
     raw = env.get(TRANSACTION_TIMEOUT, "").strip() or str(DEFAULT_TRANSACTION_TIMEOUT_MS)
     low, high = TRANSACTION_TIMEOUT_RANGE
-    if not raw.isdigit() or not low <= int(raw) <= high:
+    if not _digits(raw) or not low <= int(raw) <= high:
         raise ConfigError(TRANSACTION_TIMEOUT, f"must be a whole number of milliseconds in [{low}, {high}], "
                                                f"got {raw!r}")
     return int(raw)
@@ -137,7 +142,7 @@ def load(env: dict[str, str] | None = None) -> Settings:
         raise ConfigError(KAFKA_BOOTSTRAP, "not set (host:port[,host:port])")
     for server in bootstrap.split(","):
         host, _, port = server.strip().rpartition(":")
-        if not host or not port.isdigit():
+        if not host or not _digits(port):
             raise ConfigError(KAFKA_BOOTSTRAP, f"expected host:port, got {server!r}")
     raw = env.get(KAFKA_CONFIG, "").strip() or "{}"
     try:
@@ -167,7 +172,7 @@ def load(env: dict[str, str] | None = None) -> Settings:
 
 def _compaction(env: dict[str, str]) -> tuple[int, float]:
     every = env.get(COMPACT_EVERY, "").strip() or str(DEFAULT_COMPACT_EVERY)
-    if not every.isdigit():
+    if not _digits(every):
         raise ConfigError(COMPACT_EVERY, f"expected a whole number of commits >= 0 (0: never compact), got {every!r}")
     days = env.get(COMPACT_AFTER_DAYS, "").strip() or str(DEFAULT_COMPACT_AFTER_DAYS)
     try:
@@ -175,14 +180,14 @@ def _compaction(env: dict[str, str]) -> tuple[int, float]:
     except ValueError:
         after = -1.0
     if not 0 <= after < 100_000:
-        raise ConfigError(COMPACT_AFTER_DAYS, f"expected a number of days >= 0, got {days!r}")
+        raise ConfigError(COMPACT_AFTER_DAYS, f"expected a number of days from 0 to 100000, got {days!r}")
     return int(every), after
 
 
 def _staging_writers(raw: str) -> int:
     if not raw:
         return 0
-    if not raw.isdigit() or not 1 <= int(raw) <= 10_000:
+    if not _digits(raw) or not 1 <= int(raw) <= 10_000:
         raise ConfigError(STAGING_WRITERS, f"expected a whole number from 1 to 10000 (PostgreSQL connections at "
                                            f"once while a batch stages), got {raw!r}")
     return int(raw)

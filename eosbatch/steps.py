@@ -357,21 +357,26 @@ def finalize(pipeline_name: str, batch_id: int, produced: int | None = None, log
         cur.execute("DELETE FROM eosbatch.outbox WHERE batch_id = %s", (batch_id,))
     how = "published by an earlier run; " if produced is None else ""
     log(f"batch {batch_id}: finalized ({how}{count if count is not None else '?'} output records)")
-    if settings.compact_every and batch.commit_seq and batch.commit_seq % settings.compact_every == 0:
-        _compact(settings, pipeline, log)
     if batch.marker_group != pipeline.marker_group:
         # A backfill batch's own marker group has done its job once the ledger says published. If this
         # deletion is lost, the group is only clutter: nothing reads the marker of a published batch.
         marker.delete_group(settings, batch.marker_group, log)
+    if settings.compact_every and batch.commit_seq and batch.commit_seq % settings.compact_every == 0:
+        _compact(settings, pipeline, batch.commit_seq, log)
     return batch
 
 
-def _compact(settings: config.Settings, pipeline: Pipeline, log: Log) -> None:
+COMPACT_LOCK_TIMEOUT = "5s"  # a long commit of another lane holds the pipeline lock: skip, do not stall
+
+
+def _compact(settings: config.Settings, pipeline: Pipeline, before_seq: int, log: Log) -> None:
     """The ledger's upkeep after a batch is published: its own transaction, so a failure leaves the
-    published batch as it is (the next due commit compacts what this one did not)."""
+    published batch as it is (the next due commit compacts what this one did not). The batch just
+    finalized and later ones keep their detail: the task's asset and lineage events read it afterwards."""
     try:
         with store.transaction(settings) as cur:
-            done = store.compact(cur, pipeline.name, settings.compact_after_days)
+            cur.execute("SELECT set_config('lock_timeout', %s, true)", (COMPACT_LOCK_TIMEOUT,))
+            done = store.compact(cur, pipeline.name, settings.compact_after_days, before_seq=before_seq)
     except EosbatchError as exc:
         log(f"{pipeline.name}: ledger compaction skipped ({exc}); the next one will do it")
         return

@@ -557,17 +557,19 @@ class Compacted(NamedTuple):
     batch_ranges_deleted: int
 
 
-def compact(cur: Cursor, pipeline: str, older_than_days: float) -> Compacted:
+def compact(cur: Cursor, pipeline: str, older_than_days: float, before_seq: int | None = None) -> Compacted:
     """Bound the ledger's growth: for the published batches committed more than `older_than_days` ago,
     merge their committed ranges that touch (per partition and incarnation) into one row each, named by the
     latest of their batches, and delete their batch_ranges (the committed coverage keeps what backfill,
     replay and verify need: a published batch is never replayed, and its output count stays on its row).
     Recent batches keep their detail for `status`, `verify --batch` and the operator. Dead letters are the
-    users' data and stay. Runs under the pipeline's lock, so no commit interleaves."""
+    users' data and stay. Runs under the pipeline's lock, so no commit interleaves. With `before_seq`, only
+    the batches committed before that commit sequence number."""
     lock_pipeline(cur, pipeline)
-    args = {"p": pipeline, "secs": older_than_days * 86400}
+    args = {"p": pipeline, "secs": older_than_days * 86400, "seq": before_seq}
     cur.execute("CREATE TEMP TABLE eosbatch_old ON COMMIT DROP AS SELECT id FROM eosbatch.batches WHERE pipeline = "
-                "%(p)s AND state = 'published' AND committed_at < now() - make_interval(secs => %(secs)s)", args)
+                "%(p)s AND state = 'published' AND committed_at < now() - make_interval(secs => %(secs)s) "
+                "AND (%(seq)s::bigint IS NULL OR commit_seq < %(seq)s::bigint)", args)
     batches = cur.rowcount
     cur.execute("SELECT count(*) FROM eosbatch.committed_ranges WHERE pipeline = %(p)s", args)
     before = int(cur.fetchone()[0])

@@ -181,11 +181,28 @@ def pipeline_conn_id(conn_id: str, pipeline: str) -> str:
     return f"{conn_id}__{pipeline}"
 
 
+# What a pipeline's own connection put into os.environ, with the values it replaced: put back before the
+# next export, so that one process running several pipelines' tasks (dag.test()) never hands pipeline A's
+# database or principal to pipeline B through the environment fallback.
+_replaced_by_own: dict[str, str | None] = {}
+
+
+def _restore(target: Any) -> None:
+    for key, before in _replaced_by_own.items():
+        if before is None:
+            target.pop(key, None)
+        else:
+            target[key] = before
+    _replaced_by_own.clear()
+
+
 def export_settings(log: Log = print, get: Callable[[str], ConnectionLike | None] = _airflow_connection,
                     environ: dict[str, str] | None = None, pipeline: str | None = None) -> config.Settings:
     """Resolve the connections into `environ` (os.environ by default) and return the loaded settings.
     For a pipeline, its own connections (pipeline_conn_id) come first."""
     target = os.environ if environ is None else environ
+    if target is os.environ:
+        _restore(target)
     for shared, convert in ((POSTGRES_CONN_ID, postgres_env), (KAFKA_CONN_ID, kafka_env),
                             (SPARK_CONN_ID, spark_connect_env)):
         candidates = [pipeline_conn_id(shared, pipeline), shared] if pipeline else [shared]
@@ -198,6 +215,9 @@ def export_settings(log: Log = print, get: Callable[[str], ConnectionLike | None
         converted = convert(conn, conn_id)
         if config.DATABASE_URL in converted.env:
             _mask(converted.env[config.DATABASE_URL])
+        if conn_id != shared and target is os.environ:
+            for key in converted.env:
+                _replaced_by_own.setdefault(key, target.get(key))
         target.update(converted.env)
         for note in converted.notes:
             log(note)

@@ -16,6 +16,7 @@ import pytest
 from eosbatch import faults, stack
 from eosbatch.ledger import store
 from tests import leaks
+from tests.conftest import long_lived_ids
 from tests.scenario import Scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -39,6 +40,7 @@ def test_password_role_runs_exactly_once_and_the_password_is_nowhere(settings, u
 
         scenario = Scenario(secured, unique, "totals", batch=1000)
         assert cli(scenario, "db", "upgrade").returncode == 0, said[-1][-2000:]
+        long_lived_ids(secured)
         crashed = cli(scenario, "run", scenario.pipeline, fault="commit.before_commit")
         assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-2000:]
 

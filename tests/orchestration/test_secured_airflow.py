@@ -17,6 +17,7 @@ from eosbatch import faults, stack
 from eosbatch.ledger import store
 from eosbatch.orchestration import connections, local
 from tests import leaks
+from tests.conftest import long_lived_ids
 from tests.orchestration.helpers import LocalAirflow
 from tests.scenario import ROOT, Scenario
 
@@ -41,6 +42,7 @@ def test_a_connections_password_reaches_no_task_log(settings, airflow_db, unique
     secured = settings._replace(database_url=url.replace(f"{role}@", f"{role}:{password}@"))
     scenario = Scenario(secured, unique, "totals", batch=1000)
     assert scenario.cli("db", "upgrade").returncode == 0
+    long_lived_ids(secured)
     where = make_url(url)
     env = {**scenario.env(), "EOSBATCH_PIPELINES": "tests.pipelines.scheduled", "PYTHONPATH": str(ROOT),
            "EOSBATCH_TEST_SUFFIXES": f"{unique}:earliest:1000", "EOSBATCH_LOG_DIR": str(tmp_path / "logs"),
@@ -109,6 +111,7 @@ def test_a_pipelines_own_connection_through_the_real_scheduler_leaks_no_password
         assert scheduler.task_state(dag, "secured-1", "plan") == "failed"
         upgraded = scenario.cli("db", "upgrade")
         assert upgraded.returncode == 0, upgraded.stderr[-2000:]
+        long_lived_ids(secured)
         scheduler.trigger(dag, "secured-2")
         assert scheduler.wait_run(dag, "secured-2") == "success", scheduler.timeline(dag, "secured-2")
     scenario.assert_exactly_once()
@@ -122,14 +125,20 @@ def test_a_pipelines_own_connection_through_the_real_scheduler_leaks_no_password
     assert "LedgerSchemaMissing" in plan_failed and "eosbatch db upgrade" in plan_failed, plan_failed[-3000:]
     assert f"connection eosbatch_postgres__{scenario.pipeline}: exported" in plan_failed
     places = {str(p): p.read_text(errors="replace") for p in task_logs}
-    for path, size in airflow_logs.items():  # what the scheduler, API server and DAG processor logged meanwhile
-        with path.open("rb") as log:
-            log.seek(size)
+    for path in (local.home() / "processes").glob("*.log"):  # what the scheduler, API server and DAG
+        with path.open("rb") as log:                        # processor logged meanwhile (new files whole)
+            log.seek(airflow_logs.get(path, 0))
             places[str(path)] = log.read().decode(errors="replace")
     places.update(leaks.grown_since(before))
     places.update({"status": status.stdout + status.stderr, "process arguments": "\n".join(seen),
                    "the ledger's rows": "\n".join(leaks.ledger_rows(secured))})
-    assert len(task_logs) >= 6  # plan (failed) and abort, then plan, process, commit, publish, finalize, done
+    ran = {run: {t for t, (state, _, _) in scheduler.tasks(dag, run).items() if state in ("success", "failed")}
+           for run in ("secured-1", "secured-2")}
+    assert {"plan", "process", "commit", "publish", "finalize", "done"} <= ran["secured-2"], ran
+    # every task that ran wrote its log file, and every one of them was searched
+    assert {(r, t) for r, tasks in ran.items() for t in tasks} <= {
+        (part.removeprefix("run_id="), task.removeprefix("task_id="))
+        for p in task_logs for part, task in [(p.parts[-3], p.parts[-2])]}, [str(p) for p in task_logs]
     found = [where for where, text in places.items() if password in text]
     assert found == [], f"the password appears in: {found}"
     print(f"searched {len(places)} places ({sum(map(len, places.values())):,} characters, {len(task_logs)} task "

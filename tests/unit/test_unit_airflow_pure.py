@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -118,6 +119,18 @@ def test_a_pipelines_own_connection_comes_before_the_shared_one() -> None:
     assert own.kafka_bootstrap == other.kafka_bootstrap == "k:9092"
     assert "connection eosbatch_postgres__orders: exported EOSBATCH_DATABASE_URL" in lines
     assert "connection eosbatch_spark__orders or eosbatch_spark: not defined; using the environment" in lines
+
+
+def test_a_pipelines_own_connection_does_not_stay_for_the_next_pipeline(monkeypatch) -> None:
+    """One process, two pipelines' tasks (dag.test()): B, without connections of its own or shared ones,
+    gets the environment as it was, not A's database."""
+    monkeypatch.setenv(config.DATABASE_URL, "postgresql+psycopg2://env@from-env:5432/db")
+    monkeypatch.setenv(config.KAFKA_BOOTSTRAP, "from-env:9092")
+    found = {"eosbatch_postgres__orders": conn("postgres", "own", 5432, "u", SECRET, "db")}
+    assert "@own:5432" in connections.export_settings(lambda _: None, found.get, pipeline="orders").database_url
+    after = connections.export_settings(lambda _: None, found.get, pipeline="totals")
+    assert after.database_url == "postgresql+psycopg2://env@from-env:5432/db"
+    assert os.environ[config.DATABASE_URL] == "postgresql+psycopg2://env@from-env:5432/db"
 
 
 def test_export_settings_fails_naming_the_missing_setting() -> None:

@@ -234,6 +234,7 @@ def test_compaction_settings_default_and_are_validated() -> None:
     assert (load(env(EOSBATCH_COMPACT_EVERY="0", EOSBATCH_COMPACT_AFTER_DAYS="0.5")).compact_every,
             load(env(EOSBATCH_COMPACT_AFTER_DAYS="0.5")).compact_after_days) == (0, 0.5)
     for field, bad in (("EOSBATCH_COMPACT_EVERY", "-1"), ("EOSBATCH_COMPACT_EVERY", "often"),
+                       ("EOSBATCH_COMPACT_EVERY", "²"), ("EOSBATCH_STAGING_WRITERS", "²"),
                        ("EOSBATCH_COMPACT_AFTER_DAYS", "-2"), ("EOSBATCH_COMPACT_AFTER_DAYS", "a week")):
         error = failure(env(**{field: bad}))
         assert error.field == field and bad in str(error)
