@@ -124,10 +124,7 @@ def ledger_only_batch(settings: Settings, pipeline: str, batch: store.Batch) -> 
         batch = store.set_state(cur, batch, "staged", writers={"sink": {}, "dead_letters": {}, "columns": []},
                                 records_read=records, dead_letters=0)
         store.claim_coverage(cur, batch)
-        for r in batch.ranges:
-            cur.execute("UPDATE eosbatch.partition_offsets SET next_offset = %s "
-                        "WHERE pipeline = %s AND topic = %s AND partition = %s",
-                        (r.end, pipeline, r.topic, r.partition))
+        store.set_next_offsets(cur, pipeline, {r.tp: r.end for r in batch.ranges})
         batch = store.set_state(cur, batch, "committed", sink_rows=records, dead_letters=0, outbox_records=0,
                                 commit_seq=store.next_commit_seq(cur, pipeline))
         cur.execute("UPDATE eosbatch.batches SET committed_at = now() WHERE id = %s", (batch.id,))

@@ -22,7 +22,7 @@ CONNECT_TIMEOUT = "EOSBATCH_CONNECT_TIMEOUT_S"
 LOG_DIR = "EOSBATCH_LOG_DIR"
 STAGING_WRITERS = "EOSBATCH_STAGING_WRITERS"  # at most this many Spark tasks stage a batch (PostgreSQL connections)
 COMPACT_EVERY = "EOSBATCH_COMPACT_EVERY"  # compact the ledger after every N-th commit of a pipeline (0: never)
-COMPACT_AFTER_DAYS = "EOSBATCH_COMPACT_AFTER_DAYS"  # ... the detail of batches published longer ago than this
+COMPACT_AFTER_DAYS = "EOSBATCH_COMPACT_AFTER_DAYS"  # ... of the published batches committed longer ago than this
 DEFAULT_COMPACT_EVERY = 1000
 DEFAULT_COMPACT_AFTER_DAYS = 7.0
 
@@ -36,6 +36,14 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 def _digits(raw: str) -> bool:
     """ASCII digits only: str.isdigit() accepts "²", which int() refuses."""
     return raw.isascii() and raw.isdigit()
+
+
+def _number(raw: str) -> float:
+    """float(raw), or NaN (which every range check refuses) when it is not a number."""
+    try:
+        return float(raw)
+    except ValueError:
+        return float("nan")
 
 
 def marker_retention_seconds(env: dict[str, str] | None = None) -> float:
@@ -102,10 +110,7 @@ def connect_timeout_s(env: dict[str, str] | None = None) -> float:
     """EOSBATCH_CONNECT_TIMEOUT_S, validated (also for tools that need no other setting, like migrations)."""
     env = dict(os.environ) if env is None else env
     raw = env.get(CONNECT_TIMEOUT, "").strip() or str(DEFAULT_CONNECT_TIMEOUT_S)
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
+    value = _number(raw)
     # libpq counts whole seconds and treats 1 as 2; an hour is already far past any useful wait.
     if not 1 <= value <= 3600:
         raise ConfigError(CONNECT_TIMEOUT, f"must be a number of seconds in [1, 3600], got {raw!r}")
@@ -175,10 +180,7 @@ def _compaction(env: dict[str, str]) -> tuple[int, float]:
     if not _digits(every):
         raise ConfigError(COMPACT_EVERY, f"expected a whole number of commits >= 0 (0: never compact), got {every!r}")
     days = env.get(COMPACT_AFTER_DAYS, "").strip() or str(DEFAULT_COMPACT_AFTER_DAYS)
-    try:
-        after = float(days)
-    except ValueError:
-        after = -1.0
+    after = _number(days)
     if not 0 <= after < 100_000:
         raise ConfigError(COMPACT_AFTER_DAYS, f"expected a number of days from 0 to 100000, got {days!r}")
     return int(every), after

@@ -208,10 +208,7 @@ def commit(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
             moved = sinks.move_to_sink(cur, pipeline, batch, with_outbox=batch.publish, max_record_bytes=limit)
             dead = sinks.copy_dead_letters(cur, pipeline.name, batch_id, batch.writer_tags("dead_letters"))
             dead += moved.too_big
-            for tp, end in moves.moves.items():
-                cur.execute("UPDATE eosbatch.partition_offsets SET next_offset = %s "
-                            "WHERE pipeline = %s AND topic = %s AND partition = %s",
-                            (end, pipeline.name, tp.topic, tp.partition))
+            store.set_next_offsets(cur, pipeline.name, moves.moves)
             sequence = store.next_commit_seq(cur, pipeline.name)
             store.set_state(cur, batch, "committed", sink_rows=moved.sink_rows, dead_letters=dead,
                             outbox_records=moved.outbox, commit_seq=sequence)

@@ -423,6 +423,13 @@ def next_offsets(cur: Cursor, pipeline: str, lock: bool = False) -> dict[TopicPa
     return {TopicPartition(t, p): int(o) for t, p, o in cur.fetchall()}
 
 
+def set_next_offsets(cur: Cursor, pipeline: str, ends: dict[TopicPartition, int]) -> None:
+    """What a commit does to the offsets: each partition's next offset moves to its range's end."""
+    for tp, end in ends.items():
+        cur.execute("UPDATE eosbatch.partition_offsets SET next_offset = %s "
+                    "WHERE pipeline = %s AND topic = %s AND partition = %s", (end, pipeline, tp.topic, tp.partition))
+
+
 def add_partitions(cur: Cursor, pipeline: str, starts: dict[TopicPartition, int]) -> None:
     """Start tracking partitions seen for the first time (new pipeline, new partitions), in their topic's
     current incarnation (a partition added after a topic reset belongs to the new topic)."""
