@@ -69,16 +69,6 @@ def _struct(ddl: str) -> StructType:
     return parsed
 
 
-def records_schema(source: KafkaSource) -> StructType:
-    """What `parse` gives, without the error column: the Kafka columns, then the value's declared fields
-    (all nullable: a record missing a required one is a dead letter, not a failed read)."""
-    from pyspark.sql.types import StructField, StructType
-
-    kafka = _struct(KAFKA_COLUMNS)
-    declared = _struct(source.value_schema) if source.value_schema is not None else StructType([])
-    return StructType([*kafka.fields, *(StructField(f.name, f.dataType, True) for f in declared.fields)])
-
-
 def parse(df: DataFrame, source: KafkaSource) -> DataFrame:
     """Add the value's JSON fields as columns and an error column: set (never null) for a malformed record."""
     from pyspark.sql import functions as F

@@ -12,10 +12,9 @@ while `attemptNumber` restarts at 0 in every stage attempt (two attempts of one 
 Rows travel as Arrow record batches (`mapInArrow`: no RDD API, so it runs on Spark Connect too) and reach
 PostgreSQL as binary COPY, encoded by pgpq: no Python loop over rows, no text formatting and parsing.
 
-Dead letters are split off on the way in (`split_dead_letters`), in the same pass over the records that
-feeds the transform: reading the batch's ranges twice (once for each kind) cost 1.7x the time on 300k
-records. Their writers report through an observation, which Spark merges from successful attempts only;
-a re-run stage can report a second writer of the same records, which the commit copies once.
+Dead letters are counted on the way in (an observation, in the JVM) and staged by a second Spark action
+only when a batch has some: a Python pass over every record to split them off cost 2-2.5 s per million
+records, paid by every batch; the second read costs only the batches that have malformed records.
 """
 
 from __future__ import annotations
@@ -31,8 +30,6 @@ if TYPE_CHECKING:
 
 Kind = Literal["sink", "dead_letters"]
 RESULT_SCHEMA = "kind string, writer string, rows long"  # what each staging task returns to the driver
-DEAD_WRITER = "_eosbatch_dead_writer"  # set only on a split task's report row: the writer tag of its dead letters
-DEAD_ROWS = "_eosbatch_dead_rows"      # ... and how many it staged
 DEAD_LETTER_COLUMNS = ["topic", "partition", "offset", "key", "value"]  # + the error: staged_dead_letters' order
 
 
@@ -104,54 +101,6 @@ def stage_partition(dsn: str, target: StageTarget, nonce: str, batch_id: int, fa
                                                            ("rows", pa.int64())]))
 
     return write
-
-
-def split_dead_letters(dsn: str, error_column: str, nonce: str, batch_id: int
-                       ) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
-    """A function for `DataFrame.mapInArrow` over parsed records: the good ones pass on (the error column
-    dropped, DEAD_WRITER and DEAD_ROWS null); the malformed ones are COPYed into staged_dead_letters at the
-    end of the partition, which then adds one report row (every other column null) naming their writer."""
-
-    def split(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        assert context is not None, "split_dead_letters runs inside a Spark task"
-        dead: list[pa.RecordBatch] = []
-        schema = None
-        for batch in batches:
-            error = batch.column(error_column)
-            malformed = pc.is_valid(error)
-            if error.null_count < batch.num_rows:
-                dead.append(batch.filter(malformed).select([*DEAD_LETTER_COLUMNS, error_column]))
-                batch = batch.filter(pc.invert(malformed))
-            good = batch.drop_columns([error_column])
-            schema = schema or pa.schema([*(f.with_nullable(True) for f in good.schema),  # a report's are null
-                                          pa.field(DEAD_WRITER, pa.string()), pa.field(DEAD_ROWS, pa.int64())])
-            yield pa.RecordBatch.from_arrays([*good.columns, pa.nulls(good.num_rows, pa.string()),
-                                              pa.nulls(good.num_rows, pa.int64())], schema=schema)
-        if not dead or schema is None:
-            return
-        writer = writer_tag(nonce, context.taskAttemptId())
-        buffer, written = binary_copy(dead, batch_id, writer)
-        _copy(dsn, "eosbatch.staged_dead_letters", buffer)
-        yield pa.RecordBatch.from_arrays([*(pa.nulls(1, f.type) for f in list(schema)[:-2]), pa.array([writer]),
-                                          pa.array([written], pa.int64())], schema=schema)
-
-    return split
-
-
-def dead_writers(report: str | None) -> dict[str, int]:
-    """The split tasks' reports, as observed (`writer=rows;...`), as writer -> rows. One task may report
-    more than once (a coalesce runs the split over each of its parent partitions in turn, with the same
-    task attempt): its counts add up."""
-    found: dict[str, int] = {}
-    for entry in filter(None, (report or "").split(";")):
-        writer, _, rows = entry.rpartition("=")
-        found[writer] = found.get(writer, 0) + int(rows)
-    return found
 
 
 def _copy(dsn: str, copy_sql: str, buffer: io.BytesIO) -> None:

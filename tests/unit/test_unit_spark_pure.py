@@ -13,7 +13,7 @@ import pytest
 from eosbatch.exceptions import EosbatchError
 from eosbatch.protocol.ranges import OffsetRange
 from eosbatch.spark.reader import offsets_json
-from eosbatch.spark.staging import DEAD_ROWS, DEAD_WRITER, binary_copy, dead_writers, split_dead_letters, with_tags
+from eosbatch.spark.staging import binary_copy, with_tags
 
 pytestmark = pytest.mark.unit
 
@@ -45,33 +45,6 @@ def test_binary_copy_is_one_pgcopy_stream_of_every_row() -> None:
 def test_binary_copy_of_nothing_writes_nothing() -> None:
     buffer, rows = binary_copy(iter([_batch(0)]), 1, "w:1")
     assert rows == 0 and buffer.getvalue() == b""
-
-
-def test_dead_writers_reads_the_observed_report() -> None:
-    assert dead_writers("ab12:7=3;ab12:9=1") == {"ab12:7": 3, "ab12:9": 1}
-    # one task over several parent partitions (a coalesce) reports once per partition: they add up
-    assert dead_writers("ab12:7=3;ab12:9=1;ab12:7=2") == {"ab12:7": 5, "ab12:9": 1}
-    assert dead_writers("") == {} and dead_writers(None) == {}
-
-
-class _Task:
-    def taskAttemptId(self) -> int:  # noqa: N802 - Spark's name
-        return 7
-
-
-def test_split_passes_well_formed_records_on_without_the_error_column(monkeypatch) -> None:
-    import pyspark
-
-    monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: _Task()))
-    records = pa.RecordBatch.from_pydict({
-        "key": pa.array([b"k1", None], pa.binary()), "value": pa.array([b"{}", b"{}"], pa.binary()),
-        "topic": ["t", "t"], "partition": pa.array([0, 0], pa.int32()), "offset": pa.array([5, 6], pa.int64()),
-        "order_id": ["o1", "o2"], "_err": pa.array([None, None], pa.string())})
-    out = list(split_dead_letters("dsn-never-used", "_err", "nonce", 1)([records]))
-    assert len(out) == 1  # no dead letters: no COPY and no report row
-    assert out[0].schema.names == ["key", "value", "topic", "partition", "offset", "order_id", DEAD_WRITER, DEAD_ROWS]
-    assert out[0].column("order_id").to_pylist() == ["o1", "o2"]
-    assert out[0].column(DEAD_WRITER).null_count == 2
 
 
 def test_offsets_json_builds_assign_starting_and_ending_offsets() -> None:
