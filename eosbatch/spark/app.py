@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from eosbatch import config, faults, registry
 from eosbatch.exceptions import TerminalError, TransientError
@@ -27,7 +27,8 @@ def process_on(spark: Any, pipeline_name: str, batch_id: int, log: Any, fault: d
     observation as they pass (in the JVM: no row crosses into Python before the transform's output), the
     well-formed ones go through the transform and are staged; the sink's writers come back as the action's
     rows. Only a batch that had malformed records reads their ranges again, in a second action that stages
-    them as dead letters. Only tags and counts reach the driver."""
+    them as dead letters; only one whose map tasks ran twice counts its records in an action of their own.
+    Only tags and counts reach the driver."""
     settings = config.load()
     pipeline: Pipeline = registry.get(pipeline_name)
     with store.transaction(settings) as cur:
@@ -53,15 +54,15 @@ def process_on(spark: Any, pipeline_name: str, batch_id: int, log: Any, fault: d
                                 RESULT_SCHEMA)
               .collect())
     sink_writers = [WriterResult(r["writer"], r["rows"]) for r in staged]
-    observed = observation.get
-    malformed = int(observed["malformed"])
-    dead = _counts(_stage_dead_letters(parsed, settings.psycopg_dsn, nonce, batch_id)) if malformed else {}
-    if sum(dead.values()) != malformed:
-        raise TransientError(f"batch {batch_id}: {malformed} malformed records were counted, {sum(dead.values())} "
-                             "staged as dead letters on a second read of their ranges; nothing was marked staged")
+    tally = _tally(observation.get, parsed, batch_id, log)
+    dead = _counts(_stage_dead_letters(parsed, settings.psycopg_dsn, nonce, batch_id)) if tally.malformed else {}
+    if sum(dead.values()) != tally.malformed:
+        raise TransientError(f"batch {batch_id}: {tally.malformed} malformed records were counted, "
+                             f"{sum(dead.values())} staged as dead letters on a second read of their ranges; "
+                             "nothing was marked staged")
     writers = {"sink": _counts(sink_writers), "dead_letters": dead, "columns": names}
-    counts = {"records_read": int(observed["records"]), "sink_rows_staged": sum(r.rows for r in sink_writers),
-              "dead_letters": malformed}
+    counts = {"records_read": tally.records, "sink_rows_staged": sum(r.rows for r in sink_writers),
+              "dead_letters": tally.malformed}
     faults.point("process.before_staged")
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id, lock=True)
@@ -74,18 +75,52 @@ def process_on(spark: Any, pipeline_name: str, batch_id: int, log: Any, fault: d
     return counts
 
 
+# monotonically_increasing_id(): the task's partition id in the upper 31 bits, the row's number within the task
+# in the lower 33: a row numbered 0 is a task's first.
+_ROW_NUMBER = "_eosbatch_row"
+_TASK_ROW_BITS = 33
+
+
+class _Tally(NamedTuple):
+    records: int    # records read (the batch's records_read)
+    malformed: int  # of those, the ones that did not parse
+
+
 def _counted(parsed: Any, nonce: str) -> tuple[Any, Any]:
-    """The well-formed records, and an observation of all records ("records") and the malformed ones
-    ("malformed"). The filter stays above the observation, which Spark does not push filters through:
-    pushed below the parse, it made Spark parse every value twice (6 -> 12.7 s on 1M records)."""
+    """The well-formed records, and an observation of all records ("records"), the malformed ones
+    ("malformed"), the tasks that read any ("tasks") and their distinct partitions ("partitions").
+
+    An observation is an accumulator in a transformation: a map task that ran again because its shuffle
+    output was lost with its executor adds its counts twice. Then "tasks" exceeds "partitions" (the
+    partition ids are a set, which a second merge leaves alone) and the counts are only upper bounds.
+    The filter stays above the observation, which Spark does not push filters through: pushed below the
+    parse, it made Spark parse every value twice (6 -> 12.7 s on 1M records)."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     error = F.col(reader.ERROR_COLUMN)
+    row = F.col(_ROW_NUMBER)
+    first = row.bitwiseAND((1 << _TASK_ROW_BITS) - 1) == 0
     observation = Observation(f"eosbatch_{nonce}")
-    observed = parsed.observe(observation, F.count(F.lit(1)).alias("records"),
-                              F.count_if(error.isNotNull()).alias("malformed"))
-    return observed.where(error.isNull()).drop(reader.ERROR_COLUMN), observation
+    observed = (parsed.withColumn(_ROW_NUMBER, F.monotonically_increasing_id())
+                .observe(observation, F.count(F.lit(1)).alias("records"),
+                         F.count_if(error.isNotNull()).alias("malformed"), F.count_if(first).alias("tasks"),
+                         F.size(F.collect_set(F.when(first, F.shiftright(row, _TASK_ROW_BITS)))).alias("partitions")))
+    return observed.where(error.isNull()).drop(reader.ERROR_COLUMN, _ROW_NUMBER), observation
+
+
+def _tally(observed: Any, parsed: Any, batch_id: int, log: Any) -> _Tally:
+    """The records read and the malformed ones: the observation's counts if every task's counts were merged
+    once, else a count of their own (an action, whose result Spark merges once per partition)."""
+    if int(observed["tasks"]) == int(observed["partitions"]):
+        return _Tally(int(observed["records"]), int(observed["malformed"]))
+    from pyspark.sql import functions as F
+
+    log(f"batch {batch_id}: {observed['tasks']} tasks read records in {observed['partitions']} partitions "
+        "(a task ran again after its executor was lost); counting the records once more")
+    [exact] = parsed.agg(F.count(F.lit(1)).alias("records"),
+                         F.count_if(F.col(reader.ERROR_COLUMN).isNotNull()).alias("malformed")).collect()
+    return _Tally(int(exact["records"]), int(exact["malformed"]))
 
 
 def _stage_dead_letters(parsed: Any, dsn: str, nonce: str, batch_id: int) -> list[WriterResult]:
