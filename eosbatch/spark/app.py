@@ -86,6 +86,13 @@ class _Tally(NamedTuple):
     malformed: int  # of those, the ones that did not parse
 
 
+def _record_counts() -> list[Any]:
+    """The aggregates of records read ("records") and malformed ones ("malformed") over parsed records."""
+    from pyspark.sql import functions as F
+
+    return [F.count(F.lit(1)).alias("records"), F.count_if(F.col(reader.ERROR_COLUMN).isNotNull()).alias("malformed")]
+
+
 def _counted(parsed: Any, nonce: str) -> tuple[Any, Any]:
     """The well-formed records, and an observation of all records ("records"), the malformed ones
     ("malformed"), the tasks that read any ("tasks") and their distinct partitions ("partitions").
@@ -103,8 +110,7 @@ def _counted(parsed: Any, nonce: str) -> tuple[Any, Any]:
     first = row.bitwiseAND((1 << _TASK_ROW_BITS) - 1) == 0
     observation = Observation(f"eosbatch_{nonce}")
     observed = (parsed.withColumn(_ROW_NUMBER, F.monotonically_increasing_id())
-                .observe(observation, F.count(F.lit(1)).alias("records"),
-                         F.count_if(error.isNotNull()).alias("malformed"), F.count_if(first).alias("tasks"),
+                .observe(observation, *_record_counts(), F.count_if(first).alias("tasks"),
                          F.size(F.collect_set(F.when(first, F.shiftright(row, _TASK_ROW_BITS)))).alias("partitions")))
     return observed.where(error.isNull()).drop(reader.ERROR_COLUMN, _ROW_NUMBER), observation
 
@@ -114,12 +120,9 @@ def _tally(observed: Any, parsed: Any, batch_id: int, log: Any) -> _Tally:
     once, else a count of their own (an action, whose result Spark merges once per partition)."""
     if int(observed["tasks"]) == int(observed["partitions"]):
         return _Tally(int(observed["records"]), int(observed["malformed"]))
-    from pyspark.sql import functions as F
-
     log(f"batch {batch_id}: {observed['tasks']} tasks read records in {observed['partitions']} partitions "
         "(a task ran again after its executor was lost); counting the records once more")
-    [exact] = parsed.agg(F.count(F.lit(1)).alias("records"),
-                         F.count_if(F.col(reader.ERROR_COLUMN).isNotNull()).alias("malformed")).collect()
+    [exact] = parsed.agg(*_record_counts()).collect()
     return _Tally(int(exact["records"]), int(exact["malformed"]))
 
 
