@@ -26,7 +26,7 @@ class Versions:
         self.settings, self.suffix = settings, suffix
         self.input = f"versions_in_{suffix}"
         generate.ensure_topics(settings, {self.input: 4, f"versions_out_{suffix}": 2,
-                                          f"versions_ts_out_{suffix}": 2})
+                                          f"versions_ts_out_{suffix}": 2, f"versions_bare_out_{suffix}": 2})
 
     def write(self, *records: tuple[int, str, str | None, int | None]) -> None:
         """(partition, id, value, version) records, committed in one Kafka transaction."""
@@ -71,13 +71,25 @@ def test_a_later_update_in_a_lower_partition_wins_and_a_stale_row_is_neither_sto
     assert v.output("versions") == v.sink("versions")
 
 
-def test_the_same_key_in_two_partitions_of_one_batch_is_refused_naming_the_key(settings, unique):
+@pytest.mark.parametrize(("pipeline", "written", "refusal"), [
+    ("versions", ((1, "twice", "a", None), (2, "twice", "b", None)), "2 partitions of one batch"),
+    ("versions_bare", ((1, "twice", "a", None), (1, "twice", "b", None)), "2 times of one batch"),
+])
+def test_a_key_nothing_orders_in_one_batch_is_refused_naming_the_key(settings, unique, pipeline, written, refusal):
+    """Refused with the key named, and nothing of the batch stays: not in the sink, the outbox or the output
+    (the commit statement finds the key after it wrote; its transaction rolls back)."""
     v = Versions(settings, unique)
-    v.write((1, "twice", "a", None), (2, "twice", "b", None))
-    failed = v.run("versions")
+    v.write((0, "once", "fine", None), *written)
+    failed = v.run(pipeline)
     assert failed.returncode == 2, failed.stderr[-2000:]
-    assert "'id': 'twice'" in failed.stderr and "2 partitions of one batch" in failed.stderr
-    assert v.sink("versions") == {} and v.output("versions") == {}
+    assert "'id': 'twice'" in failed.stderr and refusal in failed.stderr, failed.stderr[-2000:]
+    assert v.sink(pipeline) == {} and v.output(pipeline) == {}
+    with store.transaction(settings) as cur:
+        cur.execute("SELECT count(*) FROM eosbatch.outbox o JOIN eosbatch.batches b ON b.id = o.batch_id "
+                    "WHERE b.pipeline = %s", (f"{pipeline}_{unique}",))
+        assert cur.fetchone()[0] == 0
+        cur.execute("SELECT state FROM eosbatch.batches WHERE pipeline = %s", (f"{pipeline}_{unique}",))
+        assert [state for (state,) in cur.fetchall()] == ["aborted"]  # by the run's failure path, not committed
 
 
 def test_order_by_highest_wins_null_never_wins_and_never_freezes_a_key(settings, unique):

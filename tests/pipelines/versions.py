@@ -1,6 +1,6 @@
 """Replace-sink pipelines for the latest-row tests: records written to chosen partitions by the test itself.
 `versions_<suffix>` has no order_by (the source position decides); `versions_ts_<suffix>` orders by `version`,
-a nullable column."""
+a nullable column; `versions_bare_<suffix>` keeps neither, so nothing orders a key repeated in one batch."""
 
 import os
 
@@ -12,6 +12,10 @@ SCHEMA = "id STRING NOT NULL, val STRING, version BIGINT"
 
 def _by_position(df):  # noqa: ANN001, ANN202 - a PySpark transform
     return df.select("id", "val", "partition", "offset")
+
+
+def _bare(df):  # noqa: ANN001, ANN202
+    return df.select("id", "val")
 
 
 def _by_version(df):  # noqa: ANN001, ANN202
@@ -31,4 +35,11 @@ versions_ts = Pipeline(
     transform=_by_version,
     sink=PostgresSink(table=f"versions_ts_{SUFFIX}", key=["id"], order_by=["version"]),
     output=KafkaOutput(topic=f"versions_ts_out_{SUFFIX}", key="id"),
+)
+versions_bare = Pipeline(
+    name=f"versions_bare_{SUFFIX}",
+    source=KafkaSource(topics=[f"versions_in_{SUFFIX}"], value_schema=SCHEMA),
+    transform=_bare,
+    sink=PostgresSink(table=f"versions_bare_{SUFFIX}", key=["id"]),
+    output=KafkaOutput(topic=f"versions_bare_out_{SUFFIX}", key="id"),
 )
