@@ -206,6 +206,8 @@ def _ambiguous_key(cur: Cursor, pipeline: Pipeline, columns: list[str], params: 
     key_list = sql.SQL(", ").join(map(sql.Identifier, pipeline.sink.key))
     position = position_columns(columns)
     if position:
+        # min <> max finds a key staged from two sources in one hash aggregate (a count(DISTINCT ...) per key
+        # sorts every group); the sources are counted for that key only.
         differs = sql.SQL(" OR ").join(sql.SQL("min({c}) <> max({c})").format(c=sql.Identifier(c))
                                        for c in position[:-1])
         cur.execute(sql.SQL("SELECT {k} {f} GROUP BY {k} HAVING {d} LIMIT 1").format(
@@ -282,27 +284,24 @@ def _batch_rows(pipeline: Pipeline, columns: list[str], flagged: bool = False) -
     """The batch's result rows, one per key: replace, the latest of each key; accumulate, the sums per key.
     `flagged` adds the boolean column AMBIGUOUS_COLUMN (see _ambiguity_flag; false where nothing can be)."""
     key_list = sql.SQL(", ").join(map(sql.Identifier, pipeline.sink.key))
+    flag = _ambiguity_flag(pipeline, columns) if flagged else None
+    extra = sql.SQL("")
+    if flagged:
+        extra = sql.SQL(", ({}) AS {}").format(sql.SQL("false") if flag is None else flag,
+                                               sql.Identifier(AMBIGUOUS_COLUMN))
     if pipeline.sink.mode == "accumulate":
         out = [*pipeline.sink.key, *pipeline.sink.accumulate]
         sums = sql.SQL(", ").join(sql.SQL("sum({c}) AS {c}").format(c=sql.Identifier(c))
                                   for c in pipeline.sink.accumulate)
-        flag = sql.SQL(", false AS {}").format(sql.Identifier(AMBIGUOUS_COLUMN)) if flagged else sql.SQL("")
         return sql.SQL("SELECT {}, {}{} {} GROUP BY {}").format(
-            key_list, sums, flag, _staged(pipeline), key_list), out
-    order_by = sql.SQL(", ").join([*map(sql.Identifier, pipeline.sink.key), *_in_batch_order(pipeline, columns)])
-    names = sql.SQL(", ").join(map(sql.Identifier, columns))
-    if not flagged:
-        return sql.SQL("SELECT DISTINCT ON ({}) {} {} ORDER BY {}").format(
-            key_list, names, _staged(pipeline), order_by), columns
-    flag = _ambiguity_flag(pipeline, columns)
-    if flag is None:
-        return sql.SQL("SELECT DISTINCT ON ({}) {}, false AS {} {} ORDER BY {}").format(
-            key_list, names, sql.Identifier(AMBIGUOUS_COLUMN), _staged(pipeline), order_by), columns
+            key_list, sums, extra, _staged(pipeline), key_list), out
+    order = sql.SQL(", ").join([*map(sql.Identifier, pipeline.sink.key), *_in_batch_order(pipeline, columns)])
     # The window sorts exactly as DISTINCT ON does (its whole partition as the frame), so one Sort serves both.
-    return sql.SQL("SELECT DISTINCT ON ({k}) {n}, ({f}) AS {a} {s} WINDOW w AS (PARTITION BY {k} ORDER BY {o} "
-                   "ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) ORDER BY {k}, {o}").format(
-        k=key_list, n=names, f=flag, a=sql.Identifier(AMBIGUOUS_COLUMN), s=_staged(pipeline),
-        o=sql.SQL(", ").join(_in_batch_order(pipeline, columns))), columns
+    window = sql.SQL("") if flag is None else sql.SQL(
+        " WINDOW w AS (PARTITION BY {} ORDER BY {} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
+    ).format(key_list, order)
+    return sql.SQL("SELECT DISTINCT ON ({}) {}{} {}{} ORDER BY {}").format(
+        key_list, sql.SQL(", ").join(map(sql.Identifier, columns)), extra, _staged(pipeline), window, order), columns
 
 
 def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: bool,
@@ -312,7 +311,8 @@ def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: boo
     version) is not published, and after COMMIT publish needs nothing from unlogged staging.
 
     A row whose output record would be larger than `max_record_bytes` could never be published, so it would
-    block the lane for ever after COMMIT: it goes to the dead letters instead of the sink and the output."""
+    block the lane for ever after COMMIT: it goes to the dead letters instead of the sink and the output.
+    A key nothing orders raises SinkError after the statement wrote: the caller's transaction must roll back."""
     columns = batch_columns(cur, pipeline, batch)
     if not columns or not batch.writer_tags("sink"):
         return Moved(0, 0)

@@ -26,7 +26,8 @@ class Versions:
         self.settings, self.suffix = settings, suffix
         self.input = f"versions_in_{suffix}"
         generate.ensure_topics(settings, {self.input: 4, f"versions_out_{suffix}": 2,
-                                          f"versions_ts_out_{suffix}": 2, f"versions_bare_out_{suffix}": 2})
+                                          f"versions_ts_out_{suffix}": 2, f"versions_bare_out_{suffix}": 2,
+                                          f"versions_keys_out_{suffix}": 2})
 
     def write(self, *records: tuple[int, str, str | None, int | None]) -> None:
         """(partition, id, value, version) records, committed in one Kafka transaction."""
@@ -90,6 +91,20 @@ def test_a_key_nothing_orders_in_one_batch_is_refused_naming_the_key(settings, u
         assert cur.fetchone()[0] == 0
         cur.execute("SELECT state FROM eosbatch.batches WHERE pipeline = %s", (f"{pipeline}_{unique}",))
         assert [state for (state,) in cur.fetchall()] == ["aborted"]  # by the run's failure path, not committed
+
+
+def test_a_sink_of_the_key_alone_stores_and_publishes_each_key_once(settings, unique):
+    """Nothing to update and nothing to order but the key: the commit inserts new keys and publishes them."""
+    v = Versions(settings, unique)
+    v.write((0, "a", None, None), (1, "b", None, None))
+    assert v.run("versions_keys").returncode == 0
+    v.write((2, "b", None, None), (3, "c", None, None))  # b again, in a later batch: already stored
+    assert v.run("versions_keys").returncode == 0
+    with store.transaction(settings) as cur:
+        cur.execute(sql.SQL("SELECT id FROM {} ORDER BY id").format(sql.Identifier(f"versions_keys_{unique}")))
+        assert [key for (key,) in cur.fetchall()] == ["a", "b", "c"]
+    published = [json.loads(r.value)["id"] for r in read_topic(settings, f"versions_keys_out_{unique}")]
+    assert sorted(published) == ["a", "b", "c"]
 
 
 def test_order_by_highest_wins_null_never_wins_and_never_freezes_a_key(settings, unique):

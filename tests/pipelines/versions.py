@@ -1,6 +1,7 @@
 """Replace-sink pipelines for the latest-row tests: records written to chosen partitions by the test itself.
 `versions_<suffix>` has no order_by (the source position decides); `versions_ts_<suffix>` orders by `version`,
-a nullable column; `versions_bare_<suffix>` keeps neither, so nothing orders a key repeated in one batch."""
+a nullable column; `versions_bare_<suffix>` keeps neither, so nothing orders a key repeated in one batch;
+`versions_keys_<suffix>` returns the key alone (its sink has nothing to update)."""
 
 import os
 
@@ -16,6 +17,10 @@ def _by_position(df):  # noqa: ANN001, ANN202 - a PySpark transform
 
 def _bare(df):  # noqa: ANN001, ANN202
     return df.select("id", "val")
+
+
+def _keys_only(df):  # noqa: ANN001, ANN202
+    return df.select("id")
 
 
 def _by_version(df):  # noqa: ANN001, ANN202
@@ -42,4 +47,11 @@ versions_bare = Pipeline(
     transform=_bare,
     sink=PostgresSink(table=f"versions_bare_{SUFFIX}", key=["id"]),
     output=KafkaOutput(topic=f"versions_bare_out_{SUFFIX}", key="id"),
+)
+versions_keys = Pipeline(
+    name=f"versions_keys_{SUFFIX}",
+    source=KafkaSource(topics=[f"versions_in_{SUFFIX}"], value_schema=SCHEMA),
+    transform=_keys_only,
+    sink=PostgresSink(table=f"versions_keys_{SUFFIX}", key=["id"]),
+    output=KafkaOutput(topic=f"versions_keys_out_{SUFFIX}", key="id"),
 )
