@@ -198,6 +198,7 @@ def run_pipeline(settings: Settings, run: Run, partitions: int, padding: int) ->
         raise RuntimeError(f"{run.name}: nothing to plan in {run.topic}")
     _, process_s = _timed(steps.process, run.name, batch.id)
     durability = durability_cost(settings, run.name, batch.id)
+    clean_up_after_rollbacks(settings, run.name)
     committed, commit_s = _timed(steps.commit, run.name, batch.id)
     if committed.records_read != run.records:
         raise RuntimeError(f"{run.name}: batch {batch.id} read {committed.records_read} records, "
@@ -239,6 +240,22 @@ def durability_cost(settings: Settings, pipeline: str, batch_id: int, rounds: in
                 best[label] = (staged, seconds)
             del moved
     return [Timing(label, n, s) for label, (n, s) in best.items()]
+
+
+def clean_up_after_rollbacks(settings: Settings, pipeline: str) -> None:
+    """VACUUM the sink and the outbox (untimed) after durability_cost's rolled-back statements. Each one
+    leaves a batch's worth of dead rows and dead index entries behind, which the timed commit would otherwise
+    wade through (measured on a staged 1M batch: 13.3-14.1 s vacuumed, 15.4-17.5 s after one rolled-back
+    attempt) unless autovacuum happened to get there first: noise against eosbatch, not part of its cost."""
+    from eosbatch.ledger import sinks
+
+    connection = psycopg2.connect(settings.psycopg_dsn)
+    connection.autocommit = True  # VACUUM refuses to run inside a transaction
+    try:
+        with connection.cursor() as cur:
+            cur.execute(sql.SQL("VACUUM {}, eosbatch.outbox").format(sinks.sink_table(registry.get(pipeline))))
+    finally:
+        connection.close()
 
 
 # ---------------------------------------------------------------- this machine's ceilings
