@@ -39,9 +39,11 @@ def command_lines() -> Iterator[set[str]]:
 
 
 def stack_logs() -> dict[Path, int]:
-    """The embedded stack's logs (PostgreSQL's, the broker's, the Spark Connect server's) and their sizes."""
+    """The embedded stack's logs (PostgreSQL's, the broker's, the Spark Connect server's, rolled-over ones and
+    the servers' stdout) and their sizes."""
     skip = {"data", "cache", "airflow", "bench-checkpoints"}
-    return {path: path.stat().st_size for path in stack.home().rglob("*.log") if not skip & set(path.parts)}
+    paths = {p for pattern in ("*.log", "*.log.*", "*.out") for p in stack.home().rglob(pattern)}
+    return {path: path.stat().st_size for path in paths if not skip & set(path.parts)}
 
 
 def grown_since(before: dict[Path, int]) -> dict[str, str]:
@@ -49,7 +51,8 @@ def grown_since(before: dict[Path, int]) -> dict[str, str]:
     grown = {}
     for path in stack_logs():
         with path.open("rb") as log:
-            log.seek(before.get(path, 0))
+            start = before.get(path, 0)
+            log.seek(start if path.stat().st_size >= start else 0)  # rolled over since: all of it is new
             grown[str(path)] = log.read().decode(errors="replace")
     return grown
 

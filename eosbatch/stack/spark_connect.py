@@ -15,6 +15,40 @@ from eosbatch.stack.exceptions import StackError, StackNotReady
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 # local[2,3]: both cores of this machine, and 3 tries per task, as a cluster would retry a lost task.
 MASTER = "local[2,3]"
+LOG_BYTES = "20MB"  # the server's log rolls over at this size, and keeps LOG_FILES of them
+LOG_FILES = 5
+
+# A long-lived server must not fill the disk: log4j2 writes its log and rolls it over by size. The Kafka
+# clients log every consumer's whole configuration and each seek at INFO (~150,000 lines for one batch of 1M
+# records, 75 MB in a quarter of an hour): WARN keeps their errors. The rest is Spark's own default levels.
+_LOG4J2 = """\
+rootLogger.level = info
+rootLogger.appenderRef.{appender}.ref = {appender}
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.filePattern = {log}.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = {size}
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = {files}
+logger.kafka.name = org.apache.kafka
+logger.kafka.level = warn
+logger.jetty.name = org.sparkproject.jetty
+logger.jetty.level = warn
+logger.replexprTyper.name = org.apache.spark.repl.SparkIMain$exprTyper
+logger.replexprTyper.level = info
+logger.parquet.name = org.apache.parquet
+logger.parquet.level = error
+"""
 
 
 class SparkConnectServer:
@@ -26,7 +60,8 @@ class SparkConnectServer:
         self.port = port
         self.master = master
         self.conf = conf or {}
-        self.log = self.home / "spark-connect.log"
+        self.log = self.home / "spark-connect.log"  # log4j2's, rolled over by size
+        self.output = self.home / "spark-connect.out"  # the JVM's stdout and stderr: what log4j2 does not see
         self.pid_file = self.home / "spark-connect.pid"
 
     @property
@@ -43,9 +78,18 @@ class SparkConnectServer:
 
         self.home.mkdir(parents=True, exist_ok=True)
         submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+        driver_log, executor_log = self.home / "log4j2.properties", self.home / "log4j2-executor.properties"
+        driver_log.write_text(_LOG4J2.format(appender="file", log=self.log, size=LOG_BYTES, files=LOG_FILES))
+        # Executors of a cluster log to stderr, which their worker keeps and rolls (spark.executor.logs.rolling)
+        executor_log.write_text(_LOG4J2.format(appender="console", log=self.log, size=LOG_BYTES, files=LOG_FILES))
         # Bound to loopback: a Connect server runs any code its clients send, and reaches the database.
         command = [str(submit), "--class", SERVER_CLASS, "--name", "eosbatch-connect", "--master", self.master,
                    "--jars", ",".join(map(str, jars)),
+                   "--driver-java-options", f"-Dlog4j2.configurationFile=file:{driver_log}",
+                   "--conf", f"spark.executor.extraJavaOptions=-Dlog4j2.configurationFile=file:{executor_log}",
+                   "--conf", "spark.executor.logs.rolling.strategy=size",
+                   "--conf", f"spark.executor.logs.rolling.maxSize={20 * 1024 * 1024}",
+                   "--conf", f"spark.executor.logs.rolling.maxRetainedFiles={LOG_FILES}",
                    "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                    "--conf", f"spark.connect.grpc.binding.port={self.port}",
                    "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.memory=2g",
@@ -61,21 +105,22 @@ class SparkConnectServer:
         for name in ("EOSBATCH_FAULT", "EOSBATCH_FAULT_FIRED", "SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
             env.pop(name, None)
         # Its working folder: the server writes its session artifacts there (`artifacts/`).
-        processes.spawn(command, self.log, self.pid_file, env=env, cwd=self.home)
+        processes.spawn(command, self.output, self.pid_file, env=env, cwd=self.home)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Ready when its gRPC port accepts connections (it opens once the SparkContext is up)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.pid() is None:
-                raise StackError(f"spark-connect: the server exited during start; see {self.log}:\n"
-                                 f"{processes.tail(self.log)}")
+                raise StackError(f"spark-connect: the server exited during start; see {self.output} and "
+                                 f"{self.log}:\n{processes.tail(self.output)}\n{processes.tail(self.log)}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 return
             except OSError:
                 time.sleep(0.5)
-        raise StackNotReady(f"spark-connect: not listening on {self.port} after {timeout:.0f}s; see {self.log}")
+        raise StackNotReady(f"spark-connect: not listening on {self.port} after {timeout:.0f}s; see {self.log} "
+                            f"and {self.output}")
 
     def stop(self) -> bool:
         return processes.stop(self.pid_file, timeout=30)

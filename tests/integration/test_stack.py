@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psycopg2
 import pytest
 from confluent_kafka import Producer
@@ -109,3 +111,39 @@ def test_exclusion_constraint_refuses_overlapping_committed_ranges(settings, uni
         # A commit that does not say which incarnation it covers fails rather than landing in incarnation 0.
         cur.execute("INSERT INTO eosbatch.committed_ranges (pipeline, topic, partition, offsets, batch_id) "
                     "VALUES (%s, 't', 2, int8range(0, 5), %s)", (pipeline, batch.id))
+
+
+@pytest.mark.spark
+def test_the_engine_log_rolls_over_by_size_and_leaves_the_kafka_clients_chatter_out(settings, unique):
+    """A long-lived Spark Connect server must not fill the disk: log4j2 rolls its log over by size, and the Kafka
+    clients' INFO lines (each consumer's whole configuration, each seek: 75 MB per quarter hour of 1M-record
+    batches) stay out. Checked on the running server and on what one real batch adds to its log."""
+    from eosbatch import stack
+    from eosbatch.stack import processes
+    from eosbatch.stack.spark_connect import LOG_BYTES, LOG_FILES
+    from tests.scenario import Scenario
+
+    home = stack.home() / "spark-connect"
+    log, config = home / "spark-connect.log", home / "log4j2.properties"
+    pid = processes.read_pid(home / "spark-connect.pid")
+    assert pid is not None, "the stack's Spark Connect server is not running"
+    arguments = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+    assert f"-Dlog4j2.configurationFile=file:{config}".encode() in arguments, \
+        "the running Connect server was started without eosbatch's log configuration (restart it: stack up)"
+    declared = dict(line.split(" = ", 1) for line in config.read_text().splitlines() if " = " in line)
+    assert declared["appender.file.type"] == "RollingFile" and declared["appender.file.fileName"] == str(log)
+    assert (declared["appender.file.policies.size.size"], declared["appender.file.strategy.max"]) == \
+        (LOG_BYTES, str(LOG_FILES))
+
+    before = log.stat().st_size
+    scenario = Scenario(settings, unique, "latest", records=1200, batch=5000)
+    done = scenario.run()
+    assert done.returncode == 0, done.stderr[-3000:]
+    scenario.assert_exactly_once()
+    with log.open("rb") as file:
+        file.seek(before if log.stat().st_size >= before else 0)  # rolled over meanwhile: all of the new file
+        grown = file.read().decode(errors="replace")
+    assert " INFO DAGScheduler: Job " in grown, "the batch's Spark jobs are not in the server's log"
+    chatter = [line for line in grown.splitlines() if " INFO " in line and ("SubscriptionState" in line or
+               "ConsumerConfig" in line or "AppInfoParser" in line or "KafkaConsumer" in line)]
+    assert not chatter, chatter[:5]
