@@ -23,6 +23,10 @@ from eosbatch.protocol.ranges import OffsetRange
 from eosbatch.protocol.sources import coverage_problems
 
 
+class OpenTransaction(TimeoutError):
+    """A read_committed read cannot reach the log end: a transaction is open below it."""
+
+
 class Record(NamedTuple):
     partition: int
     offset: int
@@ -32,12 +36,20 @@ class Record(NamedTuple):
 
 
 def read_topic(settings: Settings, topic: str, isolation: str = "read_committed", timeout: float = 120.0,
-               since_ms: int | None = None) -> list[Record]:
+               since_ms: int | None = None, stable_timeout: float = 30.0) -> list[Record]:
     """Every record of `topic` that a consumer with `isolation` sees, from the start (or the first record
-    stamped at or after `since_ms`) to the end offsets."""
+    stamped at or after `since_ms`) to the end offsets. read_committed first waits up to `stable_timeout` for
+    the transactions open below the log end to end (OpenTransaction after that)."""
     client = clients.consumer(settings, **{"group.id": "eosbatch-verify", "enable.auto.commit": False,
                                            "isolation.level": isolation, "enable.partition.eof": True})
     tps = partitions(admin(settings), [topic])
+    if isolation == "read_committed":
+        try:
+            _await_stable(settings, client, topic, [tp.partition for tp in tps], time.monotonic() + stable_timeout)
+        except BaseException:
+            client.close()
+            raise
+    deadline = time.monotonic() + timeout
     ends = {tp.partition: client.get_watermark_offsets(KafkaTP(topic, tp.partition), timeout=30)
             for tp in tps}
     if since_ms is not None:
@@ -52,7 +64,6 @@ def read_topic(settings: Settings, topic: str, isolation: str = "read_committed"
         return records
     client.assign(assigned)
     done: set[int] = set()
-    deadline = time.monotonic() + timeout
     while len(done) < len(assigned):
         message = client.poll(1)
         if message is None:
@@ -74,6 +85,33 @@ def read_topic(settings: Settings, topic: str, isolation: str = "read_committed"
         records.append(Record(partition, offset, message.key(), message.value(), headers))
     client.close()
     return records
+
+
+def _await_stable(settings: Settings, client: Any, topic: str, partitions: list[int], deadline: float) -> None:
+    """Wait until no transaction is open below the log end of now. A read_committed consumer reads to the
+    last stable offset: below an open transaction it stops, and every record committed after it would go
+    unread, so unchecked (a duplicate there would pass, a record there would look lost). A transaction ends
+    when its producer commits or aborts, when the lane's next publisher fences it, or at its
+    transaction.timeout.ms; past the deadline the read fails naming where it is held."""
+    log_end = clients.consumer(settings, **{"group.id": "eosbatch-verify", "enable.auto.commit": False,
+                                             "isolation.level": "read_uncommitted"})
+    try:
+        ends = {p: log_end.get_watermark_offsets(KafkaTP(topic, p), timeout=30)[1] for p in partitions}
+    finally:
+        log_end.close()
+    while True:
+        # a read_committed consumer's high watermark is the last stable offset
+        held = {p: (stable, ends[p]) for p in partitions
+                if (stable := client.get_watermark_offsets(KafkaTP(topic, p), timeout=30)[1]) < ends[p]}
+        if not held:
+            return
+        if time.monotonic() > deadline:
+            where = ", ".join(f"partition {p} at offset {stable} (log end {end})" for p, (stable, end) in held.items())
+            raise OpenTransaction(
+                f"read_topic({topic!r}): an open transaction holds {where}: the records after it cannot be read "
+                "with read_committed, so they cannot be checked yet. It ends when its producer commits or aborts, "
+                "when the lane's next publish fences it, or at its transaction.timeout.ms; check again then")
+        time.sleep(0.5)
 
 
 class OutputCheck(NamedTuple):
@@ -205,8 +243,14 @@ def audit(pipeline_name: str, recompute: bool = True, log: Callable[[str], None]
         findings.append(Finding("settled", None, f"batches {pending} are not finished yet: the checks below may "
                                                  "change when they are (run the pipeline, then verify)"))
     records: list[Record] = []
-    if pipeline.output is not None:
-        records = read_topic(settings, pipeline.output.topic)
+    unreadable: OpenTransaction | None = None
+    try:
+        records = read_topic(settings, pipeline.output.topic) if pipeline.output is not None else []
+    except OpenTransaction as exc:
+        unreadable = exc
+    if unreadable is not None:  # not a pass: what lies behind the open transaction is unchecked
+        findings.append(Finding("output", False, f"cannot be checked yet: {unreadable}"))
+    elif pipeline.output is not None:
         check = check_output(settings, pipeline.name, pipeline.output.topic, records)
         findings.append(Finding("output", check.ok, f"{check.records} records, each published batch's count as "
                                                     "committed, no duplicates" if check.ok else
@@ -393,8 +437,11 @@ def _batch_output(settings: Settings, pipeline: Any, batch: store.Batch, dead: i
     batch_id = batch.id
     expected = (batch.outbox_records or 0) if batch.publish else 0
     since = int(batch.committed_at.timestamp() * 1000) - CLOCK_SLACK_MS if batch.committed_at else None
-    ours = [r for r in _ours(read_topic(settings, pipeline.output.topic, since_ms=since), pipeline.name)
-            if r.headers.get("eosbatch.batch") == str(batch_id).encode()]
+    try:
+        records = read_topic(settings, pipeline.output.topic, since_ms=since)
+    except OpenTransaction as exc:
+        return [*findings, Finding("output", False, f"cannot be checked yet: {exc}")]
+    ours = [r for r in _ours(records, pipeline.name) if r.headers.get("eosbatch.batch") == str(batch_id).encode()]
     seqs = Counter(r.headers.get("eosbatch.seq") for r in ours)
     repeated = sorted(int(s) for s, n in seqs.items() if s is not None and n > 1)
     good = len(ours) == expected and not repeated and batch.published_records in (None, expected)

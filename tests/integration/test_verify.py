@@ -80,3 +80,39 @@ def test_verify_batch_checks_one_batch_and_names_a_duplicate_output_record(setti
     assert duplicated.returncode == 1, duplicated.stdout
     assert "FAIL output" in duplicated.stdout and "repeated seq" in duplicated.stdout
     assert verify(scenario, "--batch", str(batches[0])).returncode == 0  # the other batch is untouched
+
+
+def test_verify_does_not_pass_while_an_open_transaction_hides_the_output_behind_it(settings, unique):
+    """read_committed stops at the last stable offset. A verifier that took that for the end would pass over a
+    duplicate committed behind a transaction left open (a publisher that died mid-publish, its successor not
+    run yet): it must say the output cannot be checked yet, and, once the transaction ends, name the duplicate."""
+    from confluent_kafka import Producer
+
+    from eosbatch.verify import OpenTransaction, read_topic
+
+    scenario = Scenario(settings, unique, "latest", records=1200, batch=5000)
+    assert scenario.run().returncode == 0
+    (batch_id,) = [i for i, _, state in scenario.batches() if state == "published"]
+    victim = read_topic(settings, scenario.output)[0]
+    hanging = Producer(settings.kafka(**{"transactional.id": f"hanging-{unique}"}))
+    hanging.init_transactions(30)
+    hanging.begin_transaction()
+    hanging.produce(scenario.output, value=b"not ours", partition=victim.partition)
+    assert hanging.flush(30) == 0
+    duplicate = Producer({"bootstrap.servers": settings.kafka_bootstrap})  # behind the open transaction
+    duplicate.produce(scenario.output, key=victim.key, value=victim.value, headers=list(victim.headers.items()),
+                      partition=victim.partition)
+    assert duplicate.flush(30) == 0
+
+    with pytest.raises(OpenTransaction, match=f"partition {victim.partition} at offset"):
+        read_topic(settings, scenario.output, stable_timeout=2)
+    held = verify(scenario, "--batch", str(batch_id))
+    assert held.returncode == 1, held.stdout
+    assert "FAIL output" in held.stdout and "an open transaction holds" in held.stdout
+    whole = verify(scenario, "--no-recompute")
+    assert whole.returncode == 1 and "cannot be checked yet" in whole.stdout, whole.stdout
+
+    hanging.abort_transaction(30)
+    found = verify(scenario, "--batch", str(batch_id))
+    assert found.returncode == 1, found.stdout
+    assert "FAIL output" in found.stdout and "repeated seq" in found.stdout
