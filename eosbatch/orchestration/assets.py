@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from eosbatch.config import Settings
     from eosbatch.ledger.store import Batch
     from eosbatch.pipeline import Pipeline
+    from eosbatch.protocol.states import Lane
 
 Which = Literal["sink", "output"]
 POSTGRES_PORT = 5432
@@ -60,15 +61,21 @@ class AssetEvent(NamedTuple):
     extra: dict[str, Any]
 
 
-def events(settings: Settings, pipeline: Pipeline, changed: Iterable[Batch], since_unpublished: Iterable[int]
-           ) -> list[AssetEvent]:
+def events(settings: Settings, pipeline: Pipeline, changed: Iterable[Batch], since_unpublished: Iterable[int],
+           in_lane: Lane | None = None) -> list[AssetEvent]:
     """The events for the batches a task changed (store.changed_since): a batch committed in the task changed
     the sink if it stored rows; a batch published in the task (committed in it, or one of `since_unpublished`,
-    rolled forward) changed the output topic if it produced records."""
+    rolled forward) changed the output topic if it produced records. `in_lane`: only that lane's batches, as
+    the other lane runs at the same time and its own tasks announce its batches (a downstream DAG would
+    otherwise run twice for one backfill batch)."""
+    from eosbatch.protocol.states import lane
+
     before = set(since_unpublished)
     found: list[AssetEvent] = []
     output = output_uri(settings, pipeline)
     for batch in changed:
+        if in_lane is not None and lane(batch.kind) != in_lane:
+            continue
         counts = {"pipeline": pipeline.name, "batch": batch.id, "kind": batch.kind, "commit_seq": batch.commit_seq,
                   "ranges": [str(r) for r in batch.ranges]}
         if batch.id not in before and (batch.sink_rows or 0) > 0:

@@ -19,6 +19,7 @@ from typing import Any
 
 from eosbatch.orchestration import connections, params
 from eosbatch.protocol.lease import airflow_owner
+from eosbatch.protocol.states import Lane
 
 Log = Callable[[str], None]
 
@@ -45,11 +46,11 @@ def _prepare(step: str, pipeline: str) -> None:
 
 
 @contextmanager
-def _announced(pipeline: str, outlet_events: Any) -> Iterator[None]:
+def _announced(pipeline: str, outlet_events: Any, in_lane: Lane | None) -> Iterator[None]:
     """Asset events for what the body really did, read from the ledger (see orchestration/assets.py): the
-    batches committed, and published, between entering and leaving; and the same as OpenLineage inputs and
-    outputs (orchestration/lineage.py). Nothing when the body fails (Airflow records no events for a failed
-    task), and nothing without `outlet_events` (a direct call)."""
+    batches of `in_lane` (None: either) committed, and published, between entering and leaving; and the same
+    as OpenLineage inputs and outputs (orchestration/lineage.py). Nothing when the body fails (Airflow records
+    no events for a failed task), and nothing without `outlet_events` (a direct call)."""
     if outlet_events is None:
         yield
         return
@@ -64,7 +65,7 @@ def _announced(pipeline: str, outlet_events: Any) -> Iterator[None]:
     yield
     with _terminal_fails_for_good("assets"), store.transaction(settings) as cur:
         changed = store.changed_since(cur, pipeline, mark)
-    found = assets.events(settings, registry.get(pipeline), changed, mark.unpublished)
+    found = assets.events(settings, registry.get(pipeline), changed, mark.unpublished, in_lane)
     assets.emit(outlet_events, registry.get(pipeline), found)
     for event in found:
         _log(f"asset event: {event.uri} batch {event.extra['batch']}")
@@ -113,7 +114,7 @@ def plan(pipeline: str, owner: str | None = None, outlet_events: Any = None) -> 
     _prepare("plan", pipeline)
     from eosbatch import steps
 
-    with _terminal_fails_for_good("plan"), _announced(pipeline, outlet_events):  # a roll-forward publishes
+    with _terminal_fails_for_good("plan"), _announced(pipeline, outlet_events, "regular"):  # a roll-forward publishes
         batch = steps.plan(pipeline, _log, owner)
         if batch is None:
             _release(pipeline, owner)
@@ -135,7 +136,8 @@ def commit(pipeline: str, batch_id: int, owner: str | None = None, outlet_events
     _prepare("commit", pipeline)
     from eosbatch import steps
 
-    with _terminal_fails_for_good("commit"), _lease_held(pipeline, owner), _announced(pipeline, outlet_events):
+    with _terminal_fails_for_good("commit"), _lease_held(pipeline, owner), \
+            _announced(pipeline, outlet_events, "regular"):
         batch = steps.commit(pipeline, batch_id, _log)
     return {"batch": batch.id, "state": batch.state, "records_read": batch.records_read,
             "sink_rows": batch.sink_rows, "dead_letters": batch.dead_letters, "output_records": batch.outbox_records,
@@ -156,7 +158,7 @@ def finalize(pipeline: str, batch_id: int, produced: int | None, owner: str | No
     _prepare("finalize", pipeline)
     from eosbatch import steps
 
-    with _terminal_fails_for_good("finalize"), _announced(pipeline, outlet_events):
+    with _terminal_fails_for_good("finalize"), _announced(pipeline, outlet_events, "regular"):
         state = steps.finalize(pipeline, batch_id, produced, _log).state
         _release(pipeline, owner)
     return state
@@ -224,7 +226,7 @@ def _backfill(pipeline: str, conf: dict[str, Any], dry_run: bool, outlet_events:
     from eosbatch import commands
     from eosbatch.backfill import describe
 
-    with _terminal_fails_for_good("backfill"), _announced(pipeline, outlet_events):
+    with _terminal_fails_for_good("backfill"), _announced(pipeline, outlet_events, "backfill"):
         report = commands.backfill(pipeline, ranges=request.ranges, time_from=request.time_from,
                                    time_to=request.time_to, mode=request.mode, publish=request.publish,
                                    dry_run=dry_run, log=_log)
@@ -289,7 +291,7 @@ def replay(pipeline: str, batch_id: int, outlet_events: Any = None) -> dict[str,
     _prepare("replay", pipeline)
     from eosbatch import commands
 
-    with _terminal_fails_for_good("replay"), _announced(pipeline, outlet_events):
+    with _terminal_fails_for_good("replay"), _announced(pipeline, outlet_events, None):  # either lane
         result = commands.replay(pipeline, batch_id, log=_log)
     _log(f"batch {batch_id}: {result.action}: {result.message}")
     return {"action": result.action, "message": result.message, "batches": list(result.batches)}

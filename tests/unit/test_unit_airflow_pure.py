@@ -253,3 +253,25 @@ def test_asset_events_only_for_work_done_in_the_task() -> None:
     assert [(e.which, e.extra["batch"]) for e in found] == [("output", 2), ("sink", 3)]
     assert found[1].extra["sink_rows"] == 4 and found[1].extra["ranges"] == ["orders:0:0-12"]
     assert found[0].extra["published"] == 7 and found[0].uri.startswith("kafka://k1:9092/")
+
+
+def test_asset_events_name_only_the_batches_of_the_tasks_own_lane() -> None:
+    """The two lanes run at once: a micro-batch task must not announce the backfill batch committed meanwhile
+    (the backfill task announces it; a downstream DAG would run twice for it), nor the other way round."""
+    from eosbatch.orchestration import assets
+    from examples.orders.pipeline import order_totals as pipeline
+
+    settings = _settings("k1:9092")
+    changed = [_batch(5, "published", 3, 3), _with_kind(_batch(6, "published", 4, 4), "backfill"),
+               _with_kind(_batch(7, "committed", 2, None), "replay")]
+
+    def batches(in_lane):
+        return sorted({e.extra["batch"] for e in assets.events(settings, pipeline, changed, [], in_lane)})
+
+    assert batches("regular") == [5]
+    assert batches("backfill") == [6, 7]
+    assert batches(None) == [5, 6, 7]
+
+
+def _with_kind(batch: SimpleNamespace, kind: str) -> SimpleNamespace:
+    return SimpleNamespace(**{**vars(batch), "kind": kind})
