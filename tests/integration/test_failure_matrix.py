@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from eosbatch import faults
-from eosbatch.verify import read_topic
+from eosbatch.verify import OpenTransaction, read_topic
 from tests.scenario import Scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
@@ -31,7 +31,9 @@ def test_runner_killed_at_step_then_next_run_recovers_exactly_once(settings, uni
     assert scenario.states()[-1] == left
     if fault == "publish.mid_produce":  # the open transaction's records are in the log, invisible
         assert len(read_topic(settings, scenario.output, "read_uncommitted")) > 0
-        assert read_topic(settings, scenario.output) == []
+        assert read_topic(settings, scenario.output, stable_timeout=None) == []  # as read_committed sees it now
+        with pytest.raises(OpenTransaction):  # and the verifier says it cannot check behind it, never "ok"
+            read_topic(settings, scenario.output, stable_timeout=1)
     recovered = scenario.run()
     assert recovered.returncode == 0, recovered.stderr[-3000:]
     scenario.assert_exactly_once()
