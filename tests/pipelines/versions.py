@@ -27,31 +27,18 @@ def _by_version(df):  # noqa: ANN001, ANN202
     return df.select("id", "val", "version")
 
 
-versions = Pipeline(
-    name=f"versions_{SUFFIX}",
-    source=KafkaSource(topics=[f"versions_in_{SUFFIX}"], value_schema=SCHEMA),
-    transform=_by_position,
-    sink=PostgresSink(table=f"versions_{SUFFIX}", key=["id"]),
-    output=KafkaOutput(topic=f"versions_out_{SUFFIX}", key="id"),
-)
-versions_ts = Pipeline(
-    name=f"versions_ts_{SUFFIX}",
-    source=KafkaSource(topics=[f"versions_in_{SUFFIX}"], value_schema=SCHEMA),
-    transform=_by_version,
-    sink=PostgresSink(table=f"versions_ts_{SUFFIX}", key=["id"], order_by=["version"]),
-    output=KafkaOutput(topic=f"versions_ts_out_{SUFFIX}", key="id"),
-)
-versions_bare = Pipeline(
-    name=f"versions_bare_{SUFFIX}",
-    source=KafkaSource(topics=[f"versions_in_{SUFFIX}"], value_schema=SCHEMA),
-    transform=_bare,
-    sink=PostgresSink(table=f"versions_bare_{SUFFIX}", key=["id"]),
-    output=KafkaOutput(topic=f"versions_bare_out_{SUFFIX}", key="id"),
-)
-versions_keys = Pipeline(
-    name=f"versions_keys_{SUFFIX}",
-    source=KafkaSource(topics=[f"versions_in_{SUFFIX}"], value_schema=SCHEMA),
-    transform=_keys_only,
-    sink=PostgresSink(table=f"versions_keys_{SUFFIX}", key=["id"]),
-    output=KafkaOutput(topic=f"versions_keys_out_{SUFFIX}", key="id"),
-)
+def _pipeline(prefix: str, transform, **sink) -> Pipeline:  # noqa: ANN001 - a PySpark transform
+    """`<prefix>_<suffix>`: the shared input topic, its own sink table and output topic, keyed by id."""
+    return Pipeline(
+        name=f"{prefix}_{SUFFIX}",
+        source=KafkaSource(topics=[f"versions_in_{SUFFIX}"], value_schema=SCHEMA),
+        transform=transform,
+        sink=PostgresSink(table=f"{prefix}_{SUFFIX}", key=["id"], **sink),
+        output=KafkaOutput(topic=f"{prefix}_out_{SUFFIX}", key="id"),
+    )
+
+
+versions = _pipeline("versions", _by_position)
+versions_ts = _pipeline("versions_ts", _by_version, order_by=["version"])
+versions_bare = _pipeline("versions_bare", _bare)
+versions_keys = _pipeline("versions_keys", _keys_only)
