@@ -94,7 +94,9 @@ def test_verify_does_not_pass_while_an_open_transaction_hides_the_output_behind_
     assert scenario.run().returncode == 0
     (batch_id,) = [i for i, _, state in scenario.batches() if state == "published"]
     victim = read_topic(settings, scenario.output)[0]
-    hanging = Producer(settings.kafka(**{"transactional.id": f"hanging-{unique}"}))
+    # open for the whole test: librdkafka's default transaction.timeout.ms (60 s) would let the broker abort it
+    # while the two verify runs below wait their 30 s each
+    hanging = Producer(settings.kafka(**{"transactional.id": f"hanging-{unique}", "transaction.timeout.ms": 600_000}))
     hanging.init_transactions(30)
     hanging.begin_transaction()
     hanging.produce(scenario.output, value=b"not ours", partition=victim.partition)
