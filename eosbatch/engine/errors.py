@@ -13,8 +13,11 @@ _TERMINAL = frozenset({"AnalysisException", "ParseException", "IllegalArgumentEx
 # The engine itself is gone: the Connect server does not answer, the JVM behind py4j died.
 # (SparkConnectGrpcException is not one: every error of a Connect session derives from it, a task's too.)
 _UNAVAILABLE = frozenset({"RetriesExceeded", "Py4JNetworkError", "ConnectionRefusedError", "_InactiveRpcError"})
+# OPERATION_NOT_FOUND: the client's retry reached a server restarted (by the stack's supervisor, by
+# docker-compose) that never heard of the running operation.
 _SESSION_GONE = ("UNAVAILABLE", "Connection refused", "failed to connect", "Socket closed",
-                 "INVALID_HANDLE", "SESSION_CLOSED", "NO_ACTIVE_SESSION", "Server is shutting down")
+                 "INVALID_HANDLE", "SESSION_CLOSED", "NO_ACTIVE_SESSION", "Server is shutting down",
+                 "OPERATION_NOT_FOUND")
 
 
 def first_line(exc: BaseException) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from eosbatch.pids import alive
 
-__all__ = ["alive", "read_pid", "spawn", "stop", "tail"]
+__all__ = ["alive", "read_pid", "spawn", "stop", "supervisor_pid_file", "tail"]
 
 
 def read_pid(pid_file: Path) -> int | None:
@@ -19,6 +19,11 @@ def read_pid(pid_file: Path) -> int | None:
     except (FileNotFoundError, ValueError):
         return None
     return pid if alive(pid) else None
+
+
+def supervisor_pid_file(pid_file: Path) -> Path:
+    """Where the supervisor (eosbatch.stack.supervisor) of the server with `pid_file` writes its own pid."""
+    return pid_file.with_name(pid_file.name + ".supervisor")
 
 
 def spawn(command: list[str], log: Path, pid_file: Path, env: dict[str, str] | None = None,

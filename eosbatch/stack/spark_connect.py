@@ -74,7 +74,8 @@ class SparkConnectServer:
         self.conf = conf or {}
         self.log = self.home / "spark-connect.log"  # log4j2's, rolled over by size
         self.output = self.home / "spark-connect.out"  # the JVM's stdout and stderr: what log4j2 does not see
-        self.pid_file = self.home / "spark-connect.pid"
+        self.pid_file = self.home / "spark-connect.pid"  # the server's (its JVM's)
+        self.supervisor_file = processes.supervisor_pid_file(self.pid_file)  # the process that restarts it when it dies
 
     @property
     def url(self) -> str:
@@ -83,8 +84,13 @@ class SparkConnectServer:
     def pid(self) -> int | None:
         return processes.read_pid(self.pid_file)
 
+    def supervisor_pid(self) -> int | None:
+        return processes.read_pid(self.supervisor_file)
+
     def start(self, jars: list[Path]) -> None:
-        if self.pid() is not None:
+        """Start the server under its supervisor (eosbatch.stack.supervisor), which restarts it when it dies;
+        nothing when either runs (a supervisor between two runs of the server is about to restart it)."""
+        if self.supervisor_pid() is not None or self.pid() is not None:
             return
         import pyspark
 
@@ -116,15 +122,18 @@ class SparkConnectServer:
         for name in ("EOSBATCH_FAULT", "EOSBATCH_FAULT_FIRED", "SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
             env.pop(name, None)
         # Its working folder: the server writes its session artifacts there (`artifacts/`).
-        processes.spawn(command, self.output, self.pid_file, env=env, cwd=self.home)
+        supervised = [sys.executable, "-m", "eosbatch.stack.supervisor", "--pid-file", str(self.pid_file), "--",
+                      *command]
+        processes.spawn(supervised, self.output, self.supervisor_file, env=env, cwd=self.home)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Ready when its gRPC port accepts connections (it opens once the SparkContext is up)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.pid() is None:
-                raise StackError(f"spark-connect: the server exited during start; see {self.output} and "
-                                 f"{self.log}:\n{processes.tail(self.output)}\n{processes.tail(self.log)}")
+            if self.pid() is None and self.supervisor_pid() is None:
+                raise StackError(f"spark-connect: the server exited during start and its supervisor gave up; "
+                                 f"see {self.output} and {self.log}:\n{processes.tail(self.output)}\n"
+                                 f"{processes.tail(self.log)}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 return
@@ -134,4 +143,6 @@ class SparkConnectServer:
                             f"and {self.output}")
 
     def stop(self) -> bool:
-        return processes.stop(self.pid_file, timeout=30)
+        """The supervisor first (it stops the server and restarts nothing), then a server it left behind."""
+        supervised = processes.stop(self.supervisor_file, timeout=40)
+        return processes.stop(self.pid_file, timeout=30) or supervised

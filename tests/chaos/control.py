@@ -210,12 +210,21 @@ class Services:
         self.kafka.start(self.kafka.install(stack.home() / "cache"))
         self.kafka.wait_ready()
 
-    def kill_spark_connect(self) -> None:
-        """kill -9 the Spark Connect server (its JVM: the driver and, in local mode, the executors)."""
+    def kill_spark_connect(self) -> int:
+        """kill -9 the Spark Connect server (its JVM: the driver and, in local mode, the executors); its pid."""
         pid = self.spark.pid()
         assert pid is not None, "the Spark Connect server is not running"
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda: not alive(pid), 60, f"the Spark Connect server {pid} to die")
+        return pid
+
+    def spark_connect_restarted(self, killed: int) -> int:
+        """Wait, without starting anything, until the stack's supervisor has brought the server back."""
+        assert self.spark.supervisor_pid() is not None, "the Spark Connect server runs without its supervisor"
+        pid = wait_until(lambda: (found := self.spark.pid()) not in (None, killed) and found, 60,
+                         f"the supervisor to restart the Spark Connect server killed as {killed}")
+        self.spark.wait_ready()
+        return pid
 
     def start_spark_connect(self) -> None:
         self.spark.start(stack.connector_jars())

@@ -199,12 +199,12 @@ def test_frozen_runner_resumed_after_a_second_runner_took_over(settings, unique,
 def test_spark_connect_server_sigkilled_mid_batch_then_restarted(settings, unique, services, runners, engine):
     """The long-lived engine dies while a batch is staging (kill -9 of the Connect server's JVM, its executors
     with it): the runner fails with one transient eosbatch line, the batch is aborted with its offsets
-    unmoved, and once the server is back the next run ends exactly-once."""
+    unmoved; the stack's supervisor brings the server back by itself, and the next run ends exactly-once."""
     scenario = Scenario(settings, unique, "totals", records=RECORDS, batch=BATCH)
     first = runners.start(scenario, fault="process.mid_staging:stop")
     worker = first.stopped_at("process.mid_staging")
     assert worker not in control_session(first.pid), "the staging task runs in the server, not in the runner"
-    services.kill_spark_connect()
+    killed = services.kill_spark_connect()
     with contextlib.suppress(ProcessLookupError):  # the PySpark daemon may have taken it down with the JVM
         os.kill(worker, signal.SIGKILL)  # else the frozen Python worker outlives its JVM: it cannot notice
     code = first.wait()
@@ -212,7 +212,7 @@ def test_spark_connect_server_sigkilled_mid_batch_then_restarted(settings, uniqu
     assert code == 3 and last.startswith("eosbatch: ") and "Spark engine is unavailable" in last, first.tail()
     [(batch_id, _, state)] = scenario.batches()
     assert state == "aborted", f"batch {batch_id} is {state}"
-    services.start_spark_connect()
+    services.spark_connect_restarted(killed)  # nobody starts it: `stack up`'s supervisor restarts it
     done = scenario.run()
     assert done.returncode == 0, done.stderr[-3000:]
     end_exactly_once(scenario)

@@ -214,6 +214,9 @@ def test_spark_errors_map_to_terminal_and_transient_by_kind() -> None:
     gone = map_spark_error(_named("SparkConnectGrpcException", "<_MultiThreadedRendezvous of RPC that terminated "
                                   "with: status = StatusCode.UNAVAILABLE\nConnection refused>"), "process batch 3")
     assert isinstance(gone, EngineUnavailable) and str(gone).startswith("process batch 3: the Spark engine")
+    restarted = _named("PySparkRuntimeError", "[RESPONSE_ALREADY_RECEIVED] OPERATION_NOT_FOUND on the server but "
+                       "responses were already received from it.")  # seen when the supervisor restarted the server
+    assert isinstance(map_spark_error(restarted, "process batch 3"), EngineUnavailable)
     task = map_spark_error(_named("PythonException", "psycopg2.OperationalError: server closed the connection"), "p")
     assert isinstance(task, SparkJobFailed) and isinstance(task, TransientError)
     ours = Fenced("batch 1: another runner")
