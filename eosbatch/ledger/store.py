@@ -574,31 +574,34 @@ def compact(cur: Cursor, pipeline: str, older_than_days: float, before_seq: int 
     the batches committed before that commit sequence number."""
     lock_pipeline(cur, pipeline)
     args = {"p": pipeline, "secs": older_than_days * 86400, "seq": before_seq}
-    cur.execute("CREATE TEMP TABLE eosbatch_old ON COMMIT DROP AS SELECT id FROM eosbatch.batches WHERE pipeline = "
-                "%(p)s AND state = 'published' AND committed_at < now() - make_interval(secs => %(secs)s) "
-                "AND (%(seq)s::bigint IS NULL OR commit_seq < %(seq)s::bigint)", args)
-    batches = cur.rowcount
     cur.execute("SELECT count(*) FROM eosbatch.committed_ranges WHERE pipeline = %(p)s", args)
     before = int(cur.fetchone()[0])
+    # One statement of data-modifying CTEs, no temporary tables: hardened databases revoke TEMPORARY from
+    # PUBLIC. The exclusion constraint sees the old rows gone (deleted by this transaction) as long as every
+    # DELETE ran before the first INSERT: the merge reads the DELETE's RETURNING through a window and an
+    # aggregate, which both consume all of their input before they emit a row.
     # Islands of touching ranges: a new island starts where a range does not begin at the previous one's end.
-    cur.execute("CREATE TEMP TABLE eosbatch_merged ON COMMIT DROP AS "
-                "SELECT topic, partition, incarnation, int8range(min(lower(offsets)), max(upper(offsets))) AS offsets, "
-                "max(batch_id) AS batch_id FROM ("
-                "  SELECT *, sum(CASE WHEN lower(offsets) = previous_end THEN 0 ELSE 1 END) OVER ("
-                "    PARTITION BY topic, partition, incarnation ORDER BY lower(offsets)) AS island FROM ("
-                "    SELECT c.topic, c.partition, c.incarnation, c.offsets, c.batch_id, lag(upper(c.offsets)) OVER ("
-                "      PARTITION BY c.topic, c.partition, c.incarnation ORDER BY lower(c.offsets)) AS previous_end "
-                "    FROM eosbatch.committed_ranges c JOIN eosbatch_old o ON o.id = c.batch_id "
-                "    WHERE c.pipeline = %(p)s) ranked) islands "
-                "GROUP BY topic, partition, incarnation, island", args)
-    cur.execute("DELETE FROM eosbatch.committed_ranges c USING eosbatch_old o WHERE c.pipeline = %(p)s "
-                "AND c.batch_id = o.id", args)
-    cur.execute("INSERT INTO eosbatch.committed_ranges (pipeline, topic, partition, incarnation, offsets, batch_id) "
-                "SELECT %(p)s, topic, partition, incarnation, offsets, batch_id FROM eosbatch_merged", args)
-    cur.execute("DELETE FROM eosbatch.batch_ranges r USING eosbatch_old o WHERE r.batch_id = o.id")
-    deleted = cur.rowcount
+    cur.execute(
+        "WITH old AS (SELECT id FROM eosbatch.batches WHERE pipeline = %(p)s AND state = 'published' "
+        "  AND committed_at < now() - make_interval(secs => %(secs)s) "
+        "  AND (%(seq)s::bigint IS NULL OR commit_seq < %(seq)s::bigint)), "
+        "removed AS (DELETE FROM eosbatch.committed_ranges c USING old o WHERE c.pipeline = %(p)s "
+        "  AND c.batch_id = o.id RETURNING c.topic, c.partition, c.incarnation, c.offsets, c.batch_id), "
+        "merged AS (SELECT topic, partition, incarnation, "
+        "  int8range(min(lower(offsets)), max(upper(offsets))) AS offsets, max(batch_id) AS batch_id FROM ("
+        "    SELECT *, sum(CASE WHEN lower(offsets) = previous_end THEN 0 ELSE 1 END) OVER ("
+        "      PARTITION BY topic, partition, incarnation ORDER BY lower(offsets)) AS island FROM ("
+        "      SELECT r.*, lag(upper(r.offsets)) OVER ("
+        "        PARTITION BY r.topic, r.partition, r.incarnation ORDER BY lower(r.offsets)) AS previous_end "
+        "      FROM removed r) ranked) islands "
+        "  GROUP BY topic, partition, incarnation, island), "
+        "inserted AS (INSERT INTO eosbatch.committed_ranges (pipeline, topic, partition, incarnation, offsets, "
+        "  batch_id) SELECT %(p)s, topic, partition, incarnation, offsets, batch_id FROM merged RETURNING 1), "
+        "details AS (DELETE FROM eosbatch.batch_ranges r USING old o WHERE r.batch_id = o.id RETURNING 1) "
+        "SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM details), (SELECT count(*) FROM inserted)", args)
+    batches, deleted, _ = cur.fetchone()
     cur.execute("SELECT count(*) FROM eosbatch.committed_ranges WHERE pipeline = %(p)s", args)
-    return Compacted(batches, before, int(cur.fetchone()[0]), deleted)
+    return Compacted(int(batches), before, int(cur.fetchone()[0]), int(deleted))
 
 
 def delete_staging(cur: Cursor, batch_id: int, stage_table: Any | None) -> None:

@@ -140,8 +140,9 @@ class PostgresCluster:
     def add_password_role(self, role: str, password: str, database: str) -> str:
         """A LOGIN role that is no superuser and may not create roles or databases, authenticated with
         SCRAM-SHA-256 (a pg_hba line for it ahead of the trust lines), and a database of the stack's user in
-        which it may create schemas (the ledger's) and tables in `public` (its sinks): it owns only what it
-        creates. Idempotent (sets the password again). Returns its SQLAlchemy URL without the password."""
+        which it may create schemas (the ledger's) and tables in `public` (its sinks), but no temporary
+        tables: it owns only what it creates. Idempotent (sets the password again). Returns its SQLAlchemy
+        URL without the password."""
         import psycopg2
         from psycopg2 import sql
 
@@ -172,6 +173,10 @@ class PostgresCluster:
                     cursor.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
                 cursor.execute(sql.SQL("GRANT CONNECT, CREATE ON DATABASE {} TO {}").format(
                     sql.Identifier(database), sql.Identifier(role)))
+                # hardened as many are: no temporary tables (PUBLIC has them by default), so eosbatch must not
+                # need any
+                cursor.execute(sql.SQL("REVOKE TEMPORARY ON DATABASE {} FROM PUBLIC").format(
+                    sql.Identifier(database)))
                 cursor.execute("SELECT pg_reload_conf()")
         finally:
             connection.close()

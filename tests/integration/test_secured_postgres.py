@@ -11,6 +11,7 @@ import subprocess
 import time
 
 import psycopg2
+import psycopg2.errors
 import pytest
 
 from eosbatch import faults, stack
@@ -22,8 +23,12 @@ from tests.scenario import Scenario
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
-def test_password_role_runs_exactly_once_and_the_password_is_nowhere(settings, unique, tmp_path) -> None:
+def test_password_role_runs_exactly_once_and_the_password_is_nowhere(settings, unique, tmp_path,
+                                                                      monkeypatch) -> None:
     before = leaks.stack_logs()
+    # finalize compacts the ledger after every commit: compaction works without temporary tables
+    monkeypatch.setenv("EOSBATCH_COMPACT_EVERY", "1")
+    monkeypatch.setenv("EOSBATCH_COMPACT_AFTER_DAYS", "0")
     password = "pw-" + secrets.token_urlsafe(18)
     role, database = f"eosbatch_app_{unique}", f"secured_{unique}"
     url = stack.add_password_role(role, password, database)
@@ -50,6 +55,8 @@ def test_password_role_runs_exactly_once_and_the_password_is_nowhere(settings, u
         assert cli(scenario, "status", scenario.pipeline).returncode == 0
         scenario.assert_exactly_once()
         assert {state for _, _, state in scenario.batches()} == {"aborted", "published"}
+        said_run = recovered.stdout + recovered.stderr
+        assert "ledger compacted: " in said_run and "compaction skipped" not in said_run, said_run[-2000:]
 
         # A wrong password fails fast, says so, and names neither password.
         wrong = Scenario(secured._replace(database_url=secured.database_url.replace(password, "not-" + password)),
@@ -61,7 +68,13 @@ def test_password_role_runs_exactly_once_and_the_password_is_nowhere(settings, u
         assert "not-" + password not in refused.stderr + refused.stdout
 
         # Non-superuser; owns only the ledger's schema and what the pipeline created (its sink table).
-        with store.transaction(secured) as cur:
+        with psycopg2.connect(secured.psycopg_dsn) as connection, connection.cursor() as cursor:
+            with pytest.raises(psycopg2.errors.InsufficientPrivilege):  # hardened: no temporary tables
+                cursor.execute("CREATE TEMP TABLE eosbatch_probe (i int)")
+        with store.transaction(secured) as cur:  # compacted: only the last published batch keeps its detail
+            cur.execute("SELECT DISTINCT b.id FROM eosbatch.batch_ranges r JOIN eosbatch.batches b ON b.id = "
+                        "r.batch_id WHERE b.state = 'published'")
+            assert [row[0] for row in cur.fetchall()] == [max(i for i, _, s in scenario.batches() if s == "published")]
             cur.execute("SELECT rolsuper, rolcreatedb, rolcreaterole FROM pg_roles WHERE rolname = current_user")
             assert cur.fetchone() == (False, False, False)
             cur.execute("SELECT nspname FROM pg_namespace WHERE pg_get_userbyid(nspowner) = current_user")
