@@ -32,8 +32,8 @@ def process(settings: config.Settings, pipeline_name: str, batch_id: int, log: A
         return counts
     from eosbatch.engine import submit
 
-    value = submit.run("process_batch.py", [pipeline_name, str(batch_id)], settings,
-                       f"{pipeline_name}-batch-{batch_id}")
+    # one log per pipeline, each batch under its header line: a log file per batch would pile up
+    value = submit.run("process_batch.py", [pipeline_name, str(batch_id)], settings, pipeline_name)
     return value if isinstance(value, dict) else None
 
 

@@ -9,12 +9,14 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from datetime import datetime
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from eosbatch import config, faults, registry
 from eosbatch.engine.exceptions import SparkJobFailed
+from eosbatch.engine.log4j import LEVELS, TO_STDERR, roll_over
 from eosbatch.exceptions import EosbatchError, Fenced, TerminalError, TransientError
 from eosbatch.kafka.spark_options import REDACTION_REGEX
 from eosbatch.spark.entry import EXIT_FENCED, EXIT_TERMINAL, RESULT_FILE
@@ -75,17 +77,20 @@ def code_archive(pipeline_modules: list[str], folder: Path) -> Path:
     return archive
 
 
-def command(app: str, args: list[str], settings: config.Settings, log_name: str) -> SparkRun:
-    """The spark-submit command of one of spark_apps/ with the connector jars and the pipelines' code."""
+def command(app: str, args: list[str], settings: config.Settings, log_name: str, work: Path) -> SparkRun:
+    """The spark-submit command of one of spark_apps/ with the connector jars and the pipelines' code, its
+    files (code archive, log4j2 configuration, result) in `work`."""
     import pyspark
 
     logs = Path(settings.log_dir)
     logs.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="eosbatch-submit-"))
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     jars = ["--jars", ",".join(settings.spark_jars)] if settings.spark_jars else []
+    log4j = work / "log4j2.properties"
+    log4j.write_text(LEVELS + TO_STDERR)  # the Kafka clients' INFO chatter out (see eosbatch.engine.log4j)
     line = [str(submit), "--master", settings.spark_master, *jars,
             "--py-files", str(code_archive(registry.modules(), work)),
+            "--driver-java-options", f"-Dlog4j2.configurationFile=file:{log4j}",
             "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.memory=2g",
             # the Kafka reader's JAAS line (a password): out of plans, the UI and event logs
             "--conf", f"spark.redaction.regex={REDACTION_REGEX}",
@@ -108,18 +113,21 @@ def failure_kind(returncode: int) -> type[EosbatchError]:
 
 def run(app: str, args: list[str], settings: config.Settings, log_name: str) -> Any:
     """Run one of spark_apps/ to its end and return its work's value; a failure is an eosbatch error with
-    the app's one-line reason, naming the log."""
-    run = command(app, args, settings, log_name)
-    with run.log.open("ab") as out:
-        done = subprocess.run(run.command, env=run.env, stdout=out, stderr=subprocess.STDOUT, check=False)
-    if done.returncode == faults.EXIT_CODE:
-        faults.die(f"{app} (the Spark driver was killed by a fault)")  # the runner dies with it
-    try:
-        result = json.loads(run.result.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        result = {"status": "transient", "message": f"spark-submit exited {done.returncode} without a result"}
-    finally:
-        run.result.unlink(missing_ok=True)
+    the app's one-line reason, naming the log. Each run is appended to `<log_name>.log` under a header line,
+    rolled over by size; its files (code archive, result) go with it."""
+    with tempfile.TemporaryDirectory(prefix="eosbatch-submit-") as work:
+        run = command(app, args, settings, log_name, Path(work))
+        roll_over(run.log)
+        with run.log.open("ab") as out:
+            out.write(f"==== eosbatch {datetime.now():%Y-%m-%d %H:%M:%S}: {app} {' '.join(args)}\n".encode())
+            out.flush()
+            done = subprocess.run(run.command, env=run.env, stdout=out, stderr=subprocess.STDOUT, check=False)
+        if done.returncode == faults.EXIT_CODE:
+            faults.die(f"{app} (the Spark driver was killed by a fault)")  # the runner dies with it
+        try:
+            result = json.loads(run.result.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            result = {"status": "transient", "message": f"spark-submit exited {done.returncode} without a result"}
     if done.returncode == 0 and result.get("status") == "done":
         return result.get("value")
     error = failure_kind(done.returncode) if done.returncode else SparkJobFailed

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from eosbatch.engine.log4j import LEVELS, LOG_FILES, LOG_MIB, TO_STDERR, to_file
 from eosbatch.kafka.spark_options import REDACTION_REGEX
 from eosbatch.stack import processes
 from eosbatch.stack.exceptions import StackError, StackNotReady
@@ -15,52 +16,6 @@ from eosbatch.stack.exceptions import StackError, StackNotReady
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 # local[2,3]: both cores of this machine, and 3 tries per task, as a cluster would retry a lost task.
 MASTER = "local[2,3]"
-LOG_MIB = 20  # the server's log rolls over at this size, and keeps LOG_FILES of them
-LOG_BYTES = f"{LOG_MIB}MB"
-LOG_FILES = 5
-
-# A long-lived server must not fill the disk: log4j2 writes its log and rolls it over by size. The Kafka
-# clients log every consumer's whole configuration and each seek at INFO (~150,000 lines for one batch of 1M
-# records, 75 MB in a quarter of an hour): WARN keeps their errors. The rest is Spark's own default levels.
-_LOG_LEVELS = """\
-rootLogger.level = info
-logger.kafka.name = org.apache.kafka
-logger.kafka.level = warn
-logger.jetty.name = org.sparkproject.jetty
-logger.jetty.level = warn
-logger.replexprTyper.name = org.apache.spark.repl.SparkIMain$exprTyper
-logger.replexprTyper.level = info
-logger.parquet.name = org.apache.parquet
-logger.parquet.level = error
-"""
-_LAYOUT = "%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex"
-def _to_file(log: Path) -> str:
-    """The driver's appender: its rolling log file."""
-    return f"""\
-rootLogger.appenderRef.file.ref = file
-appender.file.type = RollingFile
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.filePattern = {log}.%i
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = {_LAYOUT}
-appender.file.policies.type = Policies
-appender.file.policies.size.type = SizeBasedTriggeringPolicy
-appender.file.policies.size.size = {LOG_BYTES}
-appender.file.strategy.type = DefaultRolloverStrategy
-appender.file.strategy.max = {LOG_FILES}
-"""
-
-
-# a cluster's executors: to stderr, which their worker keeps and rolls (spark.executor.logs.rolling.*)
-_TO_STDERR = f"""\
-rootLogger.appenderRef.console.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = {_LAYOUT}
-"""
 
 
 class SparkConnectServer:
@@ -97,8 +52,9 @@ class SparkConnectServer:
         self.home.mkdir(parents=True, exist_ok=True)
         submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
         driver_log, executor_log = self.home / "log4j2.properties", self.home / "log4j2-executor.properties"
-        driver_log.write_text(_LOG_LEVELS + _to_file(self.log))
-        executor_log.write_text(_LOG_LEVELS + _TO_STDERR)
+        # A long-lived server must not fill the disk: log4j2 writes its log and rolls it over by size.
+        driver_log.write_text(LEVELS + to_file(self.log))
+        executor_log.write_text(LEVELS + TO_STDERR)
         # Bound to loopback: a Connect server runs any code its clients send, and reaches the database.
         command = [str(submit), "--class", SERVER_CLASS, "--name", "eosbatch-connect", "--master", self.master,
                    "--jars", ",".join(map(str, jars)),

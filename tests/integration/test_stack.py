@@ -119,8 +119,8 @@ def test_the_engine_log_rolls_over_by_size_and_leaves_the_kafka_clients_chatter_
     clients' INFO lines (each consumer's whole configuration, each seek: 75 MB per quarter hour of 1M-record
     batches) stay out. Checked on the running server and on what one real batch adds to its log."""
     from eosbatch import stack
+    from eosbatch.engine.log4j import LOG_BYTES, LOG_FILES
     from eosbatch.stack import processes
-    from eosbatch.stack.spark_connect import LOG_BYTES, LOG_FILES
     from tests.scenario import Scenario
 
     home = stack.home() / "spark-connect"

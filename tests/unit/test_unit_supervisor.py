@@ -69,3 +69,4 @@ def test_a_server_that_cannot_start_is_given_up_with_its_reason_in_the_log(tmp_p
     text = log.read_text()
     assert text.count("port 15002 is taken") == 3 and text.count("restarting it") == 2, text
     assert "exited with 7, 3 times in a row" in text and processes.read_pid(pid_file) is None, text
+
