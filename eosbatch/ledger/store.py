@@ -605,11 +605,44 @@ def compact(cur: Cursor, pipeline: str, older_than_days: float, before_seq: int 
 
 
 def delete_staging(cur: Cursor, batch_id: int, stage_table: Any | None) -> None:
-    from psycopg2 import sql
-
     cur.execute("DELETE FROM eosbatch.staged_dead_letters WHERE batch_id = %s", (batch_id,))
     if stage_table is not None and table_exists(cur, stage_table):
-        cur.execute(sql.SQL("DELETE FROM {} WHERE _eosbatch_batch = %s").format(stage_table), (batch_id,))
+        delete_batch_rows(cur, stage_table, "_eosbatch_batch", batch_id)
+
+
+def delete_outbox(cur: Cursor, batch_id: int) -> None:
+    from psycopg2 import sql
+
+    delete_batch_rows(cur, sql.Identifier("eosbatch", "outbox"), "batch_id", batch_id)
+
+
+def delete_batch_rows(cur: Cursor, table: Any, column: str, batch_id: int) -> None:
+    """Delete a batch's rows from a staging table or the outbox: TRUNCATE when they are all it holds.
+
+    Normally they are (one batch in flight per lane), and a DELETE of a 1M-record batch's rows costs ~0.3 s
+    in staging and ~0.7 s in the logged outbox, then leaves as many dead rows for autovacuum to clean while
+    the next batch runs, and for the next scans to wade through until then. TRUNCATE is instant. It needs the
+    table to itself: LOCK ... NOWAIT fails at once if any other transaction uses it (a writer staging
+    another batch, a publish reading the outbox), and under the lock no row can be added, so the check
+    that no other batch has rows there holds until COMMIT. Otherwise, or without the TRUNCATE privilege:
+    DELETE, as before. (TRUNCATE is not MVCC-safe for older snapshots, but no one needs a finished
+    batch's rows, and no other batch's rows exist.)"""
+    from psycopg2 import errors, sql
+
+    cur.execute("SAVEPOINT eosbatch_truncate")
+    try:
+        cur.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE NOWAIT").format(table))
+        cur.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {} IS DISTINCT FROM %s)").format(
+            table, sql.Identifier(column)), (batch_id,))
+        if not cur.fetchone()[0]:
+            cur.execute(sql.SQL("TRUNCATE {}").format(table))
+            cur.execute("RELEASE SAVEPOINT eosbatch_truncate")
+            return
+    except (errors.LockNotAvailable, errors.InsufficientPrivilege):
+        pass
+    cur.execute("ROLLBACK TO SAVEPOINT eosbatch_truncate")  # and so give the lock back before the DELETE
+    cur.execute("RELEASE SAVEPOINT eosbatch_truncate")
+    cur.execute(sql.SQL("DELETE FROM {} WHERE {} = %s").format(table, sql.Identifier(column)), (batch_id,))
 
 
 def table_exists(cur: Cursor, table: Any) -> bool:
