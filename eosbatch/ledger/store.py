@@ -604,10 +604,19 @@ def compact(cur: Cursor, pipeline: str, older_than_days: float, before_seq: int 
     return Compacted(int(batches), before, int(cur.fetchone()[0]), int(deleted))
 
 
-def delete_staging(cur: Cursor, batch_id: int, stage_table: Any | None) -> None:
+def delete_staging(cur: Cursor, batch_id: int, stage_table: Any | None, finished: bool = False) -> None:
+    """Delete a batch's staging rows; a `finished` (published) batch's by TRUNCATE where it can (see
+    delete_batch_rows). An aborted batch's always by DELETE: abort runs inside longer transactions (plan's
+    recovery), which must not hold the table's exclusive lock against the other lane's writers."""
+    from psycopg2 import sql
+
     cur.execute("DELETE FROM eosbatch.staged_dead_letters WHERE batch_id = %s", (batch_id,))
-    if stage_table is not None and table_exists(cur, stage_table):
+    if stage_table is None or not table_exists(cur, stage_table):
+        return
+    if finished:
         delete_batch_rows(cur, stage_table, "_eosbatch_batch", batch_id)
+    else:
+        cur.execute(sql.SQL("DELETE FROM {} WHERE _eosbatch_batch = %s").format(stage_table), (batch_id,))
 
 
 def delete_outbox(cur: Cursor, batch_id: int) -> None:
@@ -617,7 +626,8 @@ def delete_outbox(cur: Cursor, batch_id: int) -> None:
 
 
 def delete_batch_rows(cur: Cursor, table: Any, column: str, batch_id: int) -> None:
-    """Delete a batch's rows from a staging table or the outbox: TRUNCATE when they are all it holds.
+    """Delete a published batch's rows from a staging table or the outbox, in finalize's short transaction:
+    TRUNCATE when they are all the table holds.
 
     Normally they are (one batch in flight per lane), and a DELETE of a 1M-record batch's rows costs ~0.3 s
     in staging and ~0.7 s in the logged outbox, then leaves as many dead rows for autovacuum to clean while
