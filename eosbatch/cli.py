@@ -183,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"postgres: {info.database_url} pid={info.postgres_pid or 'stopped'} "
                       f"version={info.versions['postgres']}")
                 print(f"spark:    {info.spark_remote} pid={info.spark_connect_pid or 'stopped'} "
+                      f"supervisor={info.spark_connect_supervisor_pid or 'none'} "
                       f"(Spark Connect, pyspark {info.versions['pyspark']})")
                 if info.spark_cluster is not None:
                     _print_cluster(info)

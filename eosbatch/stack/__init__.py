@@ -41,6 +41,7 @@ class StackInfo(NamedTuple):
     spark_cluster_remote: str = ""  # the Connect server whose master is the cluster
     spark_cluster_connect_pid: int | None = None
     on_cluster: bool = False  # the exports send batches to the cluster's Connect server
+    spark_connect_supervisor_pid: int | None = None  # what restarts the Connect server when it dies
 
     def env(self) -> dict[str, str]:
         remote = self.spark_cluster_remote if self.on_cluster else self.spark_remote
@@ -137,6 +138,10 @@ def up(log=print, spark_cluster: bool | None = None) -> StackInfo:  # type: igno
     log(f"kafka: ready on {kafka.bootstrap} ({time.monotonic() - started:.1f}s)")
     connect.wait_ready()
     log(f"spark-connect: ready on {connect.url} ({time.monotonic() - started:.1f}s)")
+    if connect.supervisor_pid() is None:
+        # its supervisor was killed: the server runs on, but nothing restarts it when it dies
+        log(f"spark-connect: running without its supervisor (pid {connect.pid()}); `stack down` then `stack up` "
+            "supervises it again")
     if on_cluster:
         cluster_up(log)
     return status(on_cluster)
@@ -191,7 +196,7 @@ def status(on_cluster: bool | None = None) -> StackInfo:
     return StackInfo(root, postgres.url, kafka.bootstrap, kafka.pid(), postgres.pid(), versions, connect.url,
                      connect.pid(), tuple(str(j) for j in resolved_connector_jars(root)),
                      found if on_cluster or found.running or cluster_connect.pid() else None, cluster_connect.url,
-                     cluster_connect.pid(), on_cluster)
+                     cluster_connect.pid(), on_cluster, connect.supervisor_pid())
 
 
 def resolved_connector_jars(root: Path) -> list[Path]:

@@ -147,3 +147,23 @@ def test_the_engine_log_rolls_over_by_size_and_leaves_the_kafka_clients_chatter_
     chatter = [line for line in grown.splitlines() if " INFO " in line and ("SubscriptionState" in line or
                "ConsumerConfig" in line or "AppInfoParser" in line or "KafkaConsumer" in line)]
     assert not chatter, chatter[:5]
+
+
+def test_the_running_engine_is_supervised_and_status_says_by_what() -> None:
+    """`stack up` starts the Connect server under its supervisor (what restarts it when it dies: the chaos suite
+    kills it), and `stack status` names both."""
+    import subprocess
+    import sys
+
+    from eosbatch import stack
+    from eosbatch.stack import processes
+
+    home = stack.home() / "spark-connect"
+    server = processes.read_pid(home / "spark-connect.pid")
+    supervisor = processes.read_pid(processes.supervisor_pid_file(home / "spark-connect.pid"))
+    assert server is not None and supervisor is not None, (server, supervisor)
+    parent = int((Path("/proc") / str(server) / "stat").read_text().rpartition(")")[2].split()[1])
+    assert parent == supervisor, f"the server {server} is a child of {parent}, not of its supervisor {supervisor}"
+    shown = subprocess.run([sys.executable, "-m", "eosbatch.cli", "stack", "status"], capture_output=True,
+                           text=True, timeout=60, check=True).stdout
+    assert f"pid={server} supervisor={supervisor} " in shown, shown
