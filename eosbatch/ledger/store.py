@@ -596,10 +596,10 @@ def compact(cur: Cursor, pipeline: str, older_than_days: float, before_seq: int 
         "      FROM removed r) ranked) islands "
         "  GROUP BY topic, partition, incarnation, island), "
         "inserted AS (INSERT INTO eosbatch.committed_ranges (pipeline, topic, partition, incarnation, offsets, "
-        "  batch_id) SELECT %(p)s, topic, partition, incarnation, offsets, batch_id FROM merged RETURNING 1), "
+        "  batch_id) SELECT %(p)s, topic, partition, incarnation, offsets, batch_id FROM merged), "
         "details AS (DELETE FROM eosbatch.batch_ranges r USING old o WHERE r.batch_id = o.id RETURNING 1) "
-        "SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM details), (SELECT count(*) FROM inserted)", args)
-    batches, deleted, _ = cur.fetchone()
+        "SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM details)", args)
+    batches, deleted = cur.fetchone()
     cur.execute("SELECT count(*) FROM eosbatch.committed_ranges WHERE pipeline = %(p)s", args)
     return Compacted(int(batches), before, int(cur.fetchone()[0]), int(deleted))
 

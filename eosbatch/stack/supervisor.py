@@ -65,31 +65,31 @@ def supervise(command: list[str], pid_file: Path, backoff: float, give_up: int) 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     young_deaths = 0
-    while True:
-        started = time.monotonic()
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL)
-        pid_file.write_text(str(child.pid))
-        if stopping:  # SIGTERM arrived between the check and Popen: the handler saw no child
-            child.terminate()
-        code = child.wait()  # a signal's handler runs inside it; the wait goes on until the server is gone
-        if stopping:
-            pid_file.unlink(missing_ok=True)
-            _say(f"stopped the server (pid {child.pid}, exit {code})")
-            return 0
-        decision = after_exit(time.monotonic() - started, young_deaths, backoff, give_up)
-        young_deaths = decision.young_deaths
-        if not decision.restart:
-            pid_file.unlink(missing_ok=True)
-            _say(f"the server (pid {child.pid}) exited with {code}, {young_deaths} times in a row within "
-                 f"{HEALTHY_SECONDS:.0f}s of its start: giving up; `eosbatch stack up` starts it again")
-            return 1
-        _say(f"the server (pid {child.pid}) exited with {code}; restarting it in {decision.delay:.1f}s")
-        deadline = time.monotonic() + decision.delay
-        while not stopping and time.monotonic() < deadline:
-            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-        if stopping:
-            pid_file.unlink(missing_ok=True)
-            return 0
+    try:
+        while True:
+            started = time.monotonic()
+            child = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+            pid_file.write_text(str(child.pid))
+            if stopping:  # SIGTERM arrived between the check and Popen: the handler saw no child
+                child.terminate()
+            code = child.wait()  # a signal's handler runs inside it; the wait goes on until the server is gone
+            if stopping:
+                _say(f"stopped the server (pid {child.pid}, exit {code})")
+                return 0
+            decision = after_exit(time.monotonic() - started, young_deaths, backoff, give_up)
+            young_deaths = decision.young_deaths
+            if not decision.restart:
+                _say(f"the server (pid {child.pid}) exited with {code}, {young_deaths} times in a row within "
+                     f"{HEALTHY_SECONDS:.0f}s of its start: giving up; `eosbatch stack up` starts it again")
+                return 1
+            _say(f"the server (pid {child.pid}) exited with {code}; restarting it in {decision.delay:.1f}s")
+            deadline = time.monotonic() + decision.delay
+            while not stopping and time.monotonic() < deadline:
+                time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+            if stopping:
+                return 0
+    finally:
+        pid_file.unlink(missing_ok=True)  # no server of ours runs any more
 
 
 def main(argv: list[str] | None = None) -> int:
