@@ -34,7 +34,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from psycopg2 import sql
 
-from bench import PIPELINES_ENV
+from bench import PIPELINES_ENV, cpu
 from eosbatch import config, engine, registry, stack, steps
 from eosbatch.config import Settings
 from eosbatch.engine.submit import CONNECT_MODE
@@ -64,6 +64,7 @@ class Timing(NamedTuple):
     step: str
     records: int
     seconds: float
+    cpu: cpu.Usage | None = None
 
     @property
     def rate(self) -> float:
@@ -112,6 +113,22 @@ def _timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, floa
     started = time.perf_counter()
     result = fn(*args, **kwargs)
     return result, time.perf_counter() - started
+
+
+def _servers() -> dict[str, int | None]:
+    """The process trees whose CPU time the bench reports: the stack's servers, and this process with its
+    children (the peer's spark-submit JVM; eosbatch's own when the engine is spark-submit)."""
+    found = stack.status()
+    return {"postgres": found.postgres_pid, "kafka": found.kafka_pid, "spark connect": found.spark_connect_pid,
+            "bench + children": os.getpid()}
+
+
+def _measured(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float, cpu.Usage]:
+    """_timed, plus the CPU time the machine and each server spent meanwhile."""
+    roots = _servers()
+    before = cpu.sample(roots)
+    result, seconds = _timed(fn, *args, **kwargs)
+    return result, seconds, cpu.usage(before, cpu.sample(roots))
 
 
 def _vm_mib(field: str) -> float:
@@ -193,24 +210,25 @@ def run_pipeline(settings: Settings, run: Run, partitions: int, padding: int) ->
     generated = Timing("generate input (transactional)", len(produced.committed), seconds)
     del produced
     ensure_topics(settings, {run.output: partitions})
-    batch, plan_s = _timed(steps.plan, run.name)
+    batch, plan_s, plan_cpu = _measured(steps.plan, run.name)
     if batch is None:
         raise RuntimeError(f"{run.name}: nothing to plan in {run.topic}")
-    _, process_s = _timed(steps.process, run.name, batch.id)
+    _, process_s, process_cpu = _measured(steps.process, run.name, batch.id)
     durability = durability_cost(settings, run.name, batch.id)
     clean_up_after_rollbacks(settings, run.name)
-    committed, commit_s = _timed(steps.commit, run.name, batch.id)
+    committed, commit_s, commit_cpu = _measured(steps.commit, run.name, batch.id)
     if committed.records_read != run.records:
         raise RuntimeError(f"{run.name}: batch {batch.id} read {committed.records_read} records, "
                            f"expected all {run.records} in one batch")
-    done, publish_s = _timed(steps.publish, run.name, batch.id)
+    done, publish_s, publish_cpu = _measured(steps.publish, run.name, batch.id)
     staged = committed.records_read - (committed.dead_letters or 0)
     print("\n" + _table(["commit statement, side by side (rolled back)", "records", "seconds", "records/s",
                          "vs upsert only", ""], [_row(t, durability[0]) for t in durability]) + "\n", flush=True)
-    return generated, [Timing("plan", run.records, plan_s),
-                       Timing(f"process ({engine.kind(settings)})", committed.records_read, process_s),
-                       Timing(f"commit ({committed.sink_rows:,} sink rows)", staged, commit_s),
-                       Timing("publish + finalize", done.published_records or 0, publish_s)]
+    return generated, [Timing("plan", run.records, plan_s, plan_cpu),
+                       Timing(f"process ({engine.kind(settings)})", committed.records_read, process_s,
+                              process_cpu),
+                       Timing(f"commit ({committed.sink_rows:,} sink rows)", staged, commit_s, commit_cpu),
+                       Timing("publish + finalize", done.published_records or 0, publish_s, publish_cpu)]
 
 
 def durability_cost(settings: Settings, pipeline: str, batch_id: int, rounds: int = 3) -> list[Timing]:
@@ -357,7 +375,8 @@ def run_peer(settings: Settings, args: list[str]) -> tuple[dict[str, Any], float
 
     url = urlsplit(settings.psycopg_dsn)
     jdbc = f"jdbc:postgresql://{url.hostname}:{url.port}{url.path}?user={url.username}"
-    result = Path(tempfile.mkdtemp(prefix="bench-peer-")) / "result.json"
+    work = tempfile.TemporaryDirectory(prefix="bench-peer-")
+    result = Path(work.name) / "result.json"
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     root = Path(__file__).resolve().parents[1]
     command = [str(submit), "--master", "local[2]", "--conf", "spark.driver.memory=2g",
@@ -371,12 +390,12 @@ def run_peer(settings: Settings, args: list[str]) -> tuple[dict[str, Any], float
     started = time.perf_counter()
     log = stack.home() / "logs" / "bench-peer.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
+    with work, log.open("ab") as out:
         done = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"the peer failed (exit {done.returncode}); see {log}")
-    return json.loads(result.read_text()), wall
+        wall = time.perf_counter() - started
+        if done.returncode != 0:
+            raise RuntimeError(f"the peer failed (exit {done.returncode}); see {log}")
+        return json.loads(result.read_text()), wall
 
 
 def compare_with_peer(settings: Settings, runs: list[Run], partitions: int, padding: int) -> str:
@@ -385,30 +404,42 @@ def compare_with_peer(settings: Settings, runs: list[Run], partitions: int, padd
     topic, records = runs[0].topic, runs[0].records
     generate(settings, topic=topic, records=records, partitions=partitions, transaction_size=TRANSACTION_SIZE,
              abort_every=0, malformed_every=0, value_padding=padding)
-    rows, ratios = [], []
+    rows, ratios, usages = [], [], []
     for i, run in enumerate(runs):
         ensure_topics(settings, {run.output: partitions})
-        summary, ours = _timed(steps.run, run.name)
+        summary, ours, our_cpu = _measured(steps.run, run.name)
         if summary.records_read != records:
             raise RuntimeError(f"{run.name}: read {summary.records_read} of {records}")
         peer_out = f"{run.name}_peer_out"
         ensure_topics(settings, {peer_out: partitions})
-        result, wall = run_peer(settings, ["once", topic, peer_out, f"{run.name}_peer",
-                                           str(stack.home() / "bench-checkpoints" / run.name)])
+        (result, wall), _, peer_cpu = _measured(run_peer, settings, [
+            "once", topic, peer_out, f"{run.name}_peer", str(stack.home() / "bench-checkpoints" / run.name)])
         trigger = result["triggers_s"][0]
         ratios.append((records / ours) / (records / wall))
+        usages.append((ours, our_cpu, wall, peer_cpu))
         rows.append([f"round {i + 1}", f"{ours:.1f}", f"{records / ours:,.0f}", f"{wall:.1f}", f"{trigger:.1f}",
-                     f"{records / wall:,.0f}", f"{ratios[-1]:.2f}", f"{wall and (trigger / ours):.2f}"])
+                     f"{records / wall:,.0f}", f"{ratios[-1]:.2f}", f"{wall and (trigger / ours):.2f}",
+                     f"{our_cpu.machine:.1f}", f"{peer_cpu.machine:.1f}"])
     import statistics
 
     median = statistics.median(ratios)
+    cpu_rows = [row for i, (ours, our_cpu, wall, peer_cpu) in enumerate(usages)
+                for row in (_cpu_row(f"round {i + 1} eosbatch", ours, our_cpu),
+                            _cpu_row(f"round {i + 1} peer", wall, peer_cpu))]
+    cores = cpu.cores()
+    floor = statistics.median(u[1].machine for u in usages) / cores
+    needed = statistics.median(u[2] for u in usages) / 2
     return "\n".join([
         f"eosbatch ({engine.kind(settings)}, exactly-once) vs Structured Streaming peer (at-least-once), "
         f"{records:,} records, same topic, alternating:",
         _table(["", "eosbatch s", "eosbatch rec/s", "peer s (spark-submit)", "peer trigger s", "peer rec/s",
-                "ratio (rec/s)", "ratio vs trigger"], rows),
+                "ratio (rec/s)", "ratio vs trigger", "eosbatch CPU-s", "peer CPU-s"], rows),
         f"median ratio eosbatch/peer records/s: {median:.2f} (peer s includes its JVM and session start, as "
-        "a scheduled spark-submit pays it; 'ratio vs trigger' holds eosbatch against the trigger alone)"])
+        "a scheduled spark-submit pays it; 'ratio vs trigger' holds eosbatch against the trigger alone)",
+        "",
+        _table(["CPU seconds", "wall s", "machine", "cores busy", *usages[0][1].parts, "other"], cpu_rows),
+        f"2x the peer needs eosbatch within {needed:.1f} s (median); its median CPU work on {cores} cores takes "
+        f"at least {floor:.1f} s however it is overlapped"])
 
 
 def through_airflow(settings: Settings, name: str, batches: int, records: int) -> list[dict[str, Any]]:
@@ -512,6 +543,7 @@ def report(generated: Timing, timings: list[Timing], copies: list[Timing], produ
     text = [_table(["step", "records", "seconds", "records/s", "ceiling/s", "ratio"], rows),
             "ratio = step records/s / ceiling records/s; process is held against COPY into UNLOGGED,",
             "commit against COPY into the logged table with PK, publish against the plain produce."]
+    text += ["", cpu_table(timings)]
     if footprints:
         header = ["runner (eosbatch run, own process)", "records", "seconds", "baseline RSS MiB",
                   "peak RSS MiB (VmHWM)", "engine heap after GC MiB"]
@@ -519,6 +551,35 @@ def report(generated: Timing, timings: list[Timing], copies: list[Timing], produ
                                       f"{p.baseline_mib:.0f}", f"{p.peak_mib:.0f}", f"{heap:.0f}"]
                                      for n, (p, heap) in sorted(footprints.items())])]
     return "\n".join(text)
+
+
+def _cpu_row(label: str, seconds: float, used: cpu.Usage) -> list[str]:
+    return [label, f"{seconds:.2f}", f"{used.machine:.1f}", f"{used.machine / seconds:.2f}" if seconds else "",
+            *(f"{v:.1f}" for v in used.parts.values()), f"{used.other:.1f}"]
+
+
+def _sum(usages: list[cpu.Usage]) -> cpu.Usage:
+    return cpu.Usage(sum(u.machine for u in usages),
+                     {name: sum(u.parts[name] for u in usages) for name in usages[0].parts})
+
+
+def cpu_table(timings: list[Timing]) -> str:
+    """Where the CPU went, step by step, and what that work costs at the least on this machine's cores."""
+    measured = [t for t in timings if t.cpu is not None]
+    if not measured:
+        return ""
+    total = _sum([t.cpu for t in measured if t.cpu is not None])
+    wall = sum(t.seconds for t in measured)
+    rows = [_cpu_row(t.step, t.seconds, t.cpu) for t in measured if t.cpu is not None]
+    rows.append(_cpu_row("total", wall, total))
+    header = ["CPU seconds", "wall s", "machine", "cores busy", *measured[0].cpu.parts, "other"]  # type: ignore[union-attr]
+    return "\n".join([_table(header, rows), _floor(total, wall)])
+
+
+def _floor(used: cpu.Usage, wall: float) -> str:
+    cores = cpu.cores()
+    return (f"{used.machine:.1f} CPU-s on {cores} cores: however the work is overlapped it takes at least "
+            f"{used.machine / cores:.1f} s here (it took {wall:.1f} s)")
 
 
 def _cleanup(settings: Settings, topics: list[str], tables: list[str]) -> None:

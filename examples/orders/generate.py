@@ -78,7 +78,7 @@ def generate(settings: Settings, topic: str = "orders", records: int = 10_000, p
                          "status": rng.choice(["new", "paid", "shipped"])}
                 if padding:
                     order["note"] = padding
-                value, key = json.dumps(order).encode(), order["order_id"].encode()
+                value, key = json.dumps(order).encode(), f"o-{order_no}".encode()
             index = len(pending) + len(batch)
 
             def on_delivery(err, msg, index=index):  # noqa: ANN001
