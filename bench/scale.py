@@ -1,12 +1,12 @@
 """Scale: the steps' cost as the partition count grows, and the ledger's growth per batch.
 
     .venv/bin/python -m bench.scale [--partitions 10,100,1000] [--per-partition 20] [--staging-writers 0,2]
-                                    [--batches 10000] [--real-batches 5]
+                                    [--fetch-wait-ms 500,5] [--rounds 3] [--batches 10000] [--real-batches 5]
 
 - For each partition count P, a fresh topic of P partitions with `per-partition` records in each, one batch
   over all of it: plan, process, commit, publish (+ finalize) timed one by one, then `status` and `ranges`
-  (what an operator runs), and the ledger rows the batch added; with each `--staging-writers` bound, side by
-  side.
+  (what an operator runs), and the ledger rows the batch added; with each `--staging-writers` bound and each
+  `--fetch-wait-ms` of the Kafka reader (alternating), side by side, `--rounds` times.
 - Then a history of `--batches` small batches of one 10-partition pipeline, each planned by the plan step and
   taken to published by the ledger writes alone (no Spark: 10,000 batches in minutes): the ledger's size
   (every table and index of the `eosbatch` schema, pg_total_relation_size) and rows per batch, the plan
@@ -34,6 +34,7 @@ from eosbatch import commands, config, registry, steps
 from eosbatch.config import Settings
 from eosbatch.kafka import offsets
 from eosbatch.ledger import store
+from eosbatch.spark import reader
 from examples.orders.generate import ensure_topics, generate
 
 
@@ -210,6 +211,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--staging-writers", default="0",
                         help="EOSBATCH_STAGING_WRITERS values to run each partition count with, side by side "
                              "(comma-separated; 0: unbounded; default %(default)s)")
+    parser.add_argument("--fetch-wait-ms", default="",
+                        help="the Kafka reader's fetch.max.wait.ms values to run each case with, alternating "
+                             "(comma-separated, e.g. 500,5: Kafka's default against eosbatch's; default: "
+                             "eosbatch's only)")
+    parser.add_argument("--rounds", type=int, default=1, help="of every case, one after the other")
     parser.add_argument("--batches", type=int, default=10_000,
                         help="of the history case, written ledger-only (0: skip it)")
     parser.add_argument("--real-batches", type=int, default=5,
@@ -219,19 +225,25 @@ def main(argv: list[str] | None = None) -> None:
     stamp = time.strftime("%Y%m%d_%H%M%S")
     counts = [int(p) for p in args.partitions.split(",") if p]
     writers = [int(w) for w in args.staging_writers.split(",") if w]
+    waits = [w.strip() for w in args.fetch_wait_ms.split(",") if w.strip()] or [reader.FETCH_MAX_WAIT_MS]
     # a budget of twice the records: one batch over everything, commit markers included
-    cases = [(Run(f"bench_{stamp}_p{p}_w{w}", p * args.per_partition), p, 2 * p * args.per_partition + 4 * p, w)
-             for p in counts for w in writers]
+    cases = [(Run(f"bench_{stamp}_p{p}_w{w}_f{f}_r{r}", p * args.per_partition), p,
+              2 * p * args.per_partition + 4 * p, w, f)
+             for p in counts for w in writers for r in range(args.rounds) for f in waits]
     history = Run(f"bench_{stamp}_history", (args.batches + 2 * args.real_batches) * HISTORY_BATCH)
-    define([*((run, p, most) for run, p, most, _ in cases), (history, HISTORY_PARTITIONS, HISTORY_BATCH)])
+    define([*((run, p, most) for run, p, most, _, _ in cases), (history, HISTORY_PARTITIONS, HISTORY_BATCH)])
     rows: list[list[Any]] = []
-    for run, partitions, _, bound in cases:
+    default_wait = reader.FETCH_MAX_WAIT_MS
+    for run, partitions, _, bound, wait in cases:
         os.environ[config.STAGING_WRITERS] = str(bound) if bound else ""
-        rows.append([str(bound or "-"), *partitions_case(settings, run, partitions)])
-        print(f"{partitions} partitions, staging writers {bound or 'unbounded'}: done", flush=True)
+        reader.FETCH_MAX_WAIT_MS = wait  # read when the batch's DataFrame is built, in this process
+        rows.append([str(bound or "-"), wait, *partitions_case(settings, run, partitions)])
+        print(f"{partitions} partitions, staging writers {bound or 'unbounded'}, fetch wait {wait} ms: done",
+              flush=True)
     os.environ.pop(config.STAGING_WRITERS, None)
+    reader.FETCH_MAX_WAIT_MS = default_wait
     if rows:
-        print("\n" + _table(["staging writers", "partitions", "records read", "plan s", "process s",
+        print("\n" + _table(["staging writers", "fetch wait ms", "partitions", "records read", "plan s", "process s",
                              "commit s", "publish s", "status s", "ranges s",
                              "batch/committed ranges rows"], rows))
     if args.batches:
