@@ -35,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("pipeline")
     run.add_argument("--max-batches", type=int, default=None)
     run.add_argument("--until-caught-up", action="store_true", help="the default when --max-batches is absent")
+    run.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
+                     help="process batch N+1 while N commits and N-1 publishes (default: EOSBATCH_OVERLAP)")
     status = sub.add_parser("status", help="batches, offsets and lag of a pipeline")
     status.add_argument("pipeline")
     status.add_argument("--json", action="store_true")
@@ -198,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 print(migrate.current(config.load().database_url))
         elif args.command == "run":
-            summary = commands.run(args.pipeline, args.max_batches)
+            summary = commands.run(args.pipeline, args.max_batches, overlap=args.overlap)
             print(f"{summary.batches} batches: {summary.records_read} records read, {summary.sink_rows} sink rows, "
                   f"{summary.dead_letters} dead letters, {summary.published} records published")
         elif args.command == "status":

@@ -36,8 +36,9 @@ def db_downgrade(revision: str) -> str | None:
     return migrate.current(url)
 
 
-def run(pipeline: str, max_batches: int | None = None, log: Log = print) -> steps.RunSummary:
-    return steps.run(pipeline, max_batches=max_batches, log=log)
+def run(pipeline: str, max_batches: int | None = None, log: Log = print, overlap: bool | None = None
+        ) -> steps.RunSummary:
+    return steps.run(pipeline, max_batches=max_batches, log=log, overlap=overlap)
 
 
 def verify(pipeline: str, recompute: bool = True, log: Log = print, batch_id: int | None = None) -> Any:

@@ -23,6 +23,7 @@ LOG_DIR = "EOSBATCH_LOG_DIR"
 STAGING_WRITERS = "EOSBATCH_STAGING_WRITERS"  # at most this many Spark tasks stage a batch (PostgreSQL connections)
 COMPACT_EVERY = "EOSBATCH_COMPACT_EVERY"  # compact the ledger after every N-th commit of a pipeline (0: never)
 COMPACT_AFTER_DAYS = "EOSBATCH_COMPACT_AFTER_DAYS"  # ... of the published batches committed longer ago than this
+OVERLAP = "EOSBATCH_OVERLAP"  # `eosbatch run` overlaps its batches' steps (process N+1 | commit N | publish N-1)
 DEFAULT_COMPACT_EVERY = 1000
 DEFAULT_COMPACT_AFTER_DAYS = 7.0
 
@@ -75,6 +76,8 @@ class Settings(NamedTuple):
     # (eosbatch compact, on its own), so the ledger does not grow with the history. 0: never.
     compact_every: int = DEFAULT_COMPACT_EVERY
     compact_after_days: float = DEFAULT_COMPACT_AFTER_DAYS
+    # A run of several batches keeps one batch in each step at once (eosbatch.overlap); off: one after another.
+    overlap: bool = False
 
     def kafka(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings for a client: bootstrap + the user's extra config + the caller's needs."""
@@ -172,7 +175,16 @@ def load(env: dict[str, str] | None = None) -> Settings:
     return Settings(url, bootstrap, extra, master, _transaction_timeout(env), connect_timeout_s(env), log_dir,
                     _lease_seconds(env.get(LEASE_SECONDS, "").strip()), _spark_remote(env.get(SPARK_REMOTE, "")),
                     _spark_jars(env.get(SPARK_JARS, "")), _staging_writers(env.get(STAGING_WRITERS, "").strip()),
-                    *_compaction(env))
+                    *_compaction(env), _flag(OVERLAP, env.get(OVERLAP, "")))
+
+
+def _flag(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(name, f"expected 1/true/yes/on or 0/false/no/off, got {raw!r}")
 
 
 def _compaction(env: dict[str, str]) -> tuple[int, float]:

@@ -88,20 +88,32 @@ def recover(pipeline_name: str, log: Log = _quiet, in_lane: Lane = "regular", ow
     return epoch
 
 
-def plan(pipeline_name: str, log: Log = _quiet, owner: str | None = None) -> store.Batch | None:
+def plan(pipeline_name: str, log: Log = _quiet, owner: str | None = None, epoch: int | None = None
+         ) -> store.Batch | None:
     """Recover, then plan the next regular batch up to the last stable offset; None when caught up.
-    The lane's lease stays with `owner` (see recover): release it when the work is done."""
+    The lane's lease stays with `owner` (see recover): release it when the work is done.
+
+    `epoch`: continue this runner's own run in that epoch of the lane, with batches of it still in flight
+    (planned or staged, not committed: an overlapped run, eosbatch.overlap). Then nothing is recovered and the
+    epoch stays (a bump would fence those batches); the new batch starts where they end, and the commit's
+    compare-and-set holds it back until they have all committed."""
     settings = config.load()
     pipeline = registry.get(pipeline_name)
     # first: a committed batch that cannot publish says so on the batch
-    epoch = recover(pipeline.name, log, owner=owner)
+    continuing = epoch is not None
+    if epoch is None:
+        epoch = recover(pipeline.name, log, owner=owner)
     check_output_topic(settings, pipeline)
     topic_ids, bounds = offsets.source_state(settings, pipeline.source.topics)
     with store.transaction(settings) as cur:
         store.hold_lane(cur, pipeline.name, "regular", epoch)
-        track_partitions(cur, pipeline, bounds, topic_ids, log)
-        ranges = plan_ranges.plan_next(store.next_offsets(cur, pipeline.name), bounds,
-                                       pipeline.source.max_records_per_batch)
+        track_partitions(cur, pipeline, bounds, topic_ids, log)  # locks the next offsets: no commit meanwhile
+        starts = store.next_offsets(cur, pipeline.name)
+        if continuing:
+            in_flight = [r for b in store.open_batches(cur, pipeline.name, "regular")
+                         if b.state in ABORTABLE and b.epoch == epoch for r in b.ranges]
+            starts = plan_ranges.after_in_flight(starts, in_flight)
+        ranges = plan_ranges.plan_next(starts, bounds, pipeline.source.max_records_per_batch)
         if not ranges:
             return None
         batch = store.create_batch(cur, pipeline.name, "regular", epoch, ranges, pipeline.marker_group)
@@ -452,9 +464,16 @@ def run_batch(pipeline_name: str, batch: store.Batch, log: Log = _quiet, owner: 
         return publish(pipeline_name, batch.id, log)
 
 
-def run(pipeline_name: str, max_batches: int | None = None, log: Log = _quiet) -> RunSummary:
+def run(pipeline_name: str, max_batches: int | None = None, log: Log = _quiet, overlap: bool | None = None
+        ) -> RunSummary:
     """Plan and run batches until caught up (or `max_batches`), holding the regular lane's lease
-    throughout, and releasing it at the end so that the next runner need not wait for it to expire."""
+    throughout, and releasing it at the end so that the next runner need not wait for it to expire.
+    `overlap` (default: the EOSBATCH_OVERLAP setting) runs consecutive batches' steps side by side
+    (eosbatch.overlap); off, each batch is published before the next is planned."""
+    if config.load().overlap if overlap is None else overlap:
+        from eosbatch import overlap as overlapped  # it builds on this module
+
+        return overlapped.run(pipeline_name, max_batches, log)
     owner = leases.runner_id()
     summary = RunSummary(0, 0, 0, 0, 0)
     try:

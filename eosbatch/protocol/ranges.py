@@ -92,6 +92,21 @@ def plan_next(
                   for tp, n in shares.items())
 
 
+def after_in_flight(next_offsets: Mapping[TopicPartition, int], in_flight: Iterable[OffsetRange]
+                    ) -> dict[TopicPartition, int]:
+    """Where the next batch starts while earlier batches of the same runner are planned but not committed
+    yet (an overlapped run): each partition's next offset moved past its in-flight ranges, taken in plan
+    order, each starting where the one before ended. Nothing here is trusted: the commit's compare-and-set
+    still refuses the new batch unless every earlier one committed and moved the ledger's offsets there."""
+    starts = dict(next_offsets)
+    for r in in_flight:
+        if starts.get(r.tp) != r.start:
+            raise InvalidRange(f"{r}: an in-flight range must start at the partition's next offset "
+                               f"({starts.get(r.tp, 'untracked')})")
+        starts[r.tp] = r.end
+    return starts
+
+
 def merge(ranges: Iterable[OffsetRange]) -> list[OffsetRange]:
     """Adjacent or overlapping ranges of one partition joined, sorted."""
     merged: list[OffsetRange] = []

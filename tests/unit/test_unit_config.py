@@ -10,6 +10,7 @@ from eosbatch.config import (
     KAFKA_BOOTSTRAP,
     KAFKA_CONFIG,
     LOG_DIR,
+    OVERLAP,
     SPARK_MASTER,
     TRANSACTION_TIMEOUT,
     Settings,
@@ -238,3 +239,14 @@ def test_compaction_settings_default_and_are_validated() -> None:
                        ("EOSBATCH_COMPACT_AFTER_DAYS", "-2"), ("EOSBATCH_COMPACT_AFTER_DAYS", "a week")):
         error = failure(env(**{field: bad}))
         assert error.field == field and bad in str(error)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("", False), ("0", False), ("off", False), ("1", True),
+                                                 ("TRUE", True), (" yes ", True)])
+def test_overlap_is_off_unless_asked_for(value: str, expected: bool) -> None:
+    assert load(env(**{OVERLAP: value})).overlap is expected
+
+
+def test_an_overlap_that_is_not_a_yes_or_no_fails_naming_the_setting() -> None:
+    error = failure(env(**{OVERLAP: "2"}))
+    assert error.field == OVERLAP and "'2'" in str(error)

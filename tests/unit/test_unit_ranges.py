@@ -12,6 +12,7 @@ from eosbatch.protocol.ranges import (
     OffsetRange,
     PartitionBounds,
     TopicPartition,
+    after_in_flight,
     merge,
     plan_next,
     share_budget,
@@ -295,3 +296,20 @@ def test_validate_request_refuses_offsets_past_the_lso_naming_what_is_available(
 def test_validate_request_refuses_overlapping_ranges_in_one_request_naming_both() -> None:
     with pytest.raises(InvalidRange, match=r"a:0:19-30: overlaps a:0:10-20"):
         validate_request([R(A0, 10, 20), R(A1, 19, 30), R(A0, 19, 30)], BOUNDS)
+
+
+def test_after_in_flight_starts_past_the_runners_batches_not_yet_committed() -> None:
+    ledger = {TopicPartition("t", 0): 100, TopicPartition("t", 1): 50, TopicPartition("t", 2): 7}
+    in_flight = [OffsetRange("t", 0, 100, 150), OffsetRange("t", 1, 50, 60),   # batch N-1
+                 OffsetRange("t", 0, 150, 170)]                                # batch N: partition 1 caught up
+    assert after_in_flight(ledger, in_flight) == {TopicPartition("t", 0): 170, TopicPartition("t", 1): 60,
+                                                  TopicPartition("t", 2): 7}
+    assert after_in_flight(ledger, []) == ledger
+
+
+@pytest.mark.parametrize("stray", [OffsetRange("t", 0, 90, 120),    # behind the ledger: already committed
+                                   OffsetRange("t", 0, 120, 130),   # a hole before it
+                                   OffsetRange("u", 0, 0, 10)])     # a partition the ledger does not track
+def test_after_in_flight_refuses_ranges_that_do_not_continue_the_ledger(stray: OffsetRange) -> None:
+    with pytest.raises(InvalidRange, match=str(stray)):
+        after_in_flight({TopicPartition("t", 0): 100}, [stray])
