@@ -398,18 +398,27 @@ def run_peer(settings: Settings, args: list[str]) -> tuple[dict[str, Any], float
         return json.loads(result.read_text()), wall
 
 
-def compare_with_peer(settings: Settings, runs: list[Run], partitions: int, padding: int) -> str:
+def _eosbatch_round(settings: Settings, run: Run, partitions: int, overlap: bool) -> tuple[float, cpu.Usage]:
+    ensure_topics(settings, {run.output: partitions})
+    summary, seconds, used = _measured(steps.run, run.name, overlap=overlap)
+    if summary.records_read != run.records:
+        raise RuntimeError(f"{run.name}: read {summary.records_read} of {run.records}")
+    return seconds, used
+
+
+def compare_with_peer(settings: Settings, runs: list[Run], partitions: int, padding: int,
+                      overlapped: list[Run] | None = None, batches: int = 1) -> str:
     """eosbatch (one `steps.run`, plan..publish, exactly-once) and the Structured Streaming peer (one
-    availableNow trigger, at-least-once) over the SAME input topic, alternating, a round per run."""
+    availableNow trigger, at-least-once) over the SAME input topic, alternating, a round per run. With
+    `overlapped`, each round also runs eosbatch as `batches` batches with their steps overlapped."""
     topic, records = runs[0].topic, runs[0].records
     generate(settings, topic=topic, records=records, partitions=partitions, transaction_size=TRANSACTION_SIZE,
              abort_every=0, malformed_every=0, value_padding=padding)
-    rows, ratios, usages = [], [], []
+    rows, ratios, usages, lapped = [], [], [], []
     for i, run in enumerate(runs):
-        ensure_topics(settings, {run.output: partitions})
-        summary, ours, our_cpu = _measured(steps.run, run.name)
-        if summary.records_read != records:
-            raise RuntimeError(f"{run.name}: read {summary.records_read} of {records}")
+        ours, our_cpu = _eosbatch_round(settings, run, partitions, overlap=False)
+        if overlapped:
+            lapped.append(_eosbatch_round(settings, overlapped[i], partitions, overlap=True))
         peer_out = f"{run.name}_peer_out"
         ensure_topics(settings, {peer_out: partitions})
         (result, wall), _, peer_cpu = _measured(run_peer, settings, [
@@ -429,14 +438,26 @@ def compare_with_peer(settings: Settings, runs: list[Run], partitions: int, padd
     cores = cpu.cores()
     floor = statistics.median(u[1].machine for u in usages) / cores
     needed = statistics.median(u[2] for u in usages) / 2
-    return "\n".join([
+    text = [
         f"eosbatch ({engine.kind(settings)}, exactly-once) vs Structured Streaming peer (at-least-once), "
         f"{records:,} records, same topic, alternating:",
         _table(["", "eosbatch s", "eosbatch rec/s", "peer s (spark-submit)", "peer trigger s", "peer rec/s",
                 "ratio (rec/s)", "ratio vs trigger", "eosbatch CPU-s", "peer CPU-s"], rows),
         f"median ratio eosbatch/peer records/s: {median:.2f} (peer s includes its JVM and session start, as "
-        "a scheduled spark-submit pays it; 'ratio vs trigger' holds eosbatch against the trigger alone)",
-        "",
+        "a scheduled spark-submit pays it; 'ratio vs trigger' holds eosbatch against the trigger alone)"]
+    if lapped:
+        over = [[f"round {i + 1}", f"{s:.1f}", f"{records / s:,.0f}", f"{u[0] / s:.2f}", f"{u[2] / s:.2f}",
+                 f"{used.machine:.1f}", f"{used.machine / s:.2f}"]
+                for i, ((s, used), u) in enumerate(zip(lapped, usages, strict=True))]
+        cpu_rows += [_cpu_row(f"round {i + 1} overlapped", s, used) for i, (s, used) in enumerate(lapped)]
+        text += ["", f"the same rounds, eosbatch as {batches} batches with their steps overlapped (EOSBATCH_OVERLAP, "
+                 f"run between the one-batch run and the peer):",
+                 _table(["", "overlapped s", "rec/s", "vs one batch", "ratio vs peer (rec/s)", "CPU-s",
+                         "cores busy"], over),
+                 f"median ratio overlapped eosbatch/peer records/s: "
+                 f"{statistics.median(u[2] / s for (s, _), u in zip(lapped, usages, strict=True)):.2f}"]
+    return "\n".join([
+        *text, "",
         _table(["CPU seconds", "wall s", "machine", "cores busy", *usages[0][1].parts, "other"], cpu_rows),
         f"2x the peer needs eosbatch within {needed:.1f} s (median); its median CPU work on {cores} cores takes "
         f"at least {floor:.1f} s however it is overlapped"])
@@ -603,6 +624,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keep", action="store_true", help="keep the runs' topics and sink tables")
     parser.add_argument("--peer-rounds", type=int, default=2,
                         help="rounds of eosbatch vs the Structured Streaming peer on one topic (0: none)")
+    parser.add_argument("--overlap", type=int, default=4, metavar="K",
+                        help="each peer round also runs eosbatch as K batches with overlapped steps (0: not)")
     parser.add_argument("--tiny", action="store_true",
                         help="only the fixed cost per micro-batch: 10 batches of 100 records, eosbatch vs peer")
     args = parser.parse_args(argv)
@@ -622,12 +645,15 @@ def main(argv: list[str] | None = None) -> None:
         sizes += [int(n) for n in args.rss_sizes.split(",")]
     runs = [Run(f"{prefix}_{i}", n) for i, n in enumerate(sizes)]
     peers = [Run(f"{prefix}_p{i}", args.records) for i in range(args.peer_rounds)]
+    lapped = [Run(f"{prefix}_o{i}", args.records) for i in range(args.peer_rounds if args.overlap else 0)]
     warm = Run(f"{prefix}_warm", WARM_UP_RECORDS)
-    _define(runs + peers + [warm], args.partitions)
+    _define(runs + peers + lapped + [warm], args.partitions)
     if peers:  # every round reads the first round's topic
         specs = json.loads(os.environ[PIPELINES_ENV])
-        for spec in specs[len(runs):len(runs) + len(peers)]:
+        for spec in specs[len(runs):len(runs) + len(peers) + len(lapped)]:
             spec["topic"] = peers[0].topic
+        for spec in specs[len(runs) + len(peers):len(runs) + len(peers) + len(lapped)]:
+            spec["max_records"] = math.ceil(spec["max_records"] / args.overlap)
         os.environ[PIPELINES_ENV] = json.dumps(specs)
     padding = _padding()
     print(f"{args.records:,} records of ~{RECORD_BYTES} B over {args.partitions} partitions in one batch "
@@ -643,7 +669,7 @@ def main(argv: list[str] | None = None) -> None:
         footprints[run.records] = footprint(settings, run, args.partitions, padding)
     print("\n" + report(generated, timings, copies, produce, footprints))
     if peers:
-        print("\n" + compare_with_peer(settings, peers, args.partitions, padding), flush=True)
+        print("\n" + compare_with_peer(settings, peers, args.partitions, padding, lapped, args.overlap), flush=True)
     if not args.keep:
         _cleanup(settings, [t for r in [*runs, warm] for t in (r.topic, r.output)] + [f"{prefix}_ceiling"],
                  [r.name for r in [*runs, warm]])

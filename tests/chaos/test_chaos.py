@@ -120,6 +120,25 @@ def test_postgres_crash_at_fault_point_then_recovery(settings, unique, services,
     end_exactly_once(scenario, recompute=(point, recovery) == ("process.after_staged", "retry"))
 
 
+@pytest.mark.parametrize("engine", ["connect"], indirect=True)  # three spark-submits per run would be minutes
+def test_postgres_crash_with_overlapped_batches_in_flight(settings, unique, services, runners, engine):
+    """An overlapped run (eosbatch.overlap) is frozen inside its second commit, with the third batch planned or
+    staged beside it and the first committed or published; PostgreSQL stops like a power cut (the staging of
+    both unfinished batches is gone) and the runner is SIGKILLed. The next overlapped run recovers them all."""
+    scenario = Scenario(settings, unique, "latest", records=RECORDS, batch=300)
+    first = runners.start(scenario, "run", scenario.pipeline, "--overlap", fault="commit.before_commit@2:stop")
+    first.stopped_at("commit.before_commit")
+    services.crash_postgres()
+    first.kill()
+    assert first.fired_points() == ["commit.before_commit"]
+    states = scenario.states()
+    assert states[0] in ("committed", "published") and states[1] == "staged", states
+    assert states[2] in ("planned", "staged"), f"no batch was in flight beside the commit: {states}"
+    done = scenario.run(None, "--overlap")
+    assert done.returncode == 0, done.stderr[-3000:]
+    end_exactly_once(scenario)
+
+
 # ---------------------------------------------------------------- b. the broker dies mid-publish
 
 def test_broker_sigkilled_mid_publish_then_restarted(settings, unique, services, runners):
