@@ -52,9 +52,10 @@ class _Stage:
         self._queue.put(batch)
 
     def close(self) -> None:
-        """Finish the batches given so far, then stop."""
-        self._queue.put(None)
-        self._thread.join()
+        """Finish the batches given so far, then stop (again: nothing more)."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
 
     def _work(self) -> None:
         while (batch := self._queue.get()) is not None:
@@ -107,7 +108,11 @@ def run(pipeline_name: str, max_batches: int | None = None, log: steps.Log = ste
         batch = steps.plan(pipeline_name, log, owner)  # recovers the lane and takes its epoch
         if batch is not None:
             epoch, planned = batch.epoch, 1
-            with leases.Heartbeat(settings, pipeline_name, "regular", owner) as lease:
+            with leases.Heartbeat(settings, pipeline_name, "regular", owner) as lease, \
+                    contextlib.ExitStack() as stages:
+                # The last commits and publishes finish while the heartbeat still renews the lease.
+                stages.callback(publisher.close)
+                stages.callback(committer.close)
                 while batch is not None:
                     try:
                         steps.process(pipeline_name, batch.id, log)
