@@ -10,7 +10,9 @@ With --rss-check, whole runs of 100k and 1M records (--rss-sizes) run each in a 
 its peak RSS (VmHWM), and the Spark Connect server's heap in use after a full GC, show that memory stays
 flat as the batch grows (Spark streams the records, the outbox is streamed to Kafka).
 With --peer-rounds R (default 2), eosbatch and a Structured Streaming peer (bench/peer.py) run alternately
-on the same topic; --tiny measures the fixed cost per micro-batch instead (CLI, one run, Airflow, peer).
+on the same topic, and each round also runs eosbatch as K batches with overlapped steps (--overlap K[,K...],
+default 4: `eosbatch run --overlap`); --tiny measures the fixed cost per micro-batch instead (CLI, one run,
+Airflow, peer).
 
 Uses EOSBATCH_DATABASE_URL / EOSBATCH_KAFKA_BOOTSTRAP when both are set, else brings up the embedded stack
 (EOSBATCH_HOME, EOSBATCH_KAFKA_PORT and EOSBATCH_POSTGRES_PORT choose which one).
@@ -407,18 +409,22 @@ def _eosbatch_round(settings: Settings, run: Run, partitions: int, overlap: bool
 
 
 def compare_with_peer(settings: Settings, runs: list[Run], partitions: int, padding: int,
-                      overlapped: list[Run] | None = None, batches: int = 1) -> str:
+                      overlapped: dict[int, list[Run]] | None = None) -> str:
     """eosbatch (one `steps.run`, plan..publish, exactly-once) and the Structured Streaming peer (one
     availableNow trigger, at-least-once) over the SAME input topic, alternating, a round per run. With
-    `overlapped`, each round also runs eosbatch as `batches` batches with their steps overlapped."""
+    `overlapped` ({K: a run per round}), each round also runs eosbatch as K batches with overlapped steps."""
     topic, records = runs[0].topic, runs[0].records
     generate(settings, topic=topic, records=records, partitions=partitions, transaction_size=TRANSACTION_SIZE,
              abort_every=0, malformed_every=0, value_padding=padding)
-    rows, ratios, usages, lapped = [], [], [], []
+    overlapped = overlapped or {}
+    rows: list[list[str]] = []
+    ratios: list[float] = []
+    usages: list[tuple[float, cpu.Usage, float, cpu.Usage]] = []
+    lapped: dict[int, list[tuple[float, cpu.Usage]]] = {k: [] for k in overlapped}
     for i, run in enumerate(runs):
         ours, our_cpu = _eosbatch_round(settings, run, partitions, overlap=False)
-        if overlapped:
-            lapped.append(_eosbatch_round(settings, overlapped[i], partitions, overlap=True))
+        for k, lapped_runs in overlapped.items():
+            lapped[k].append(_eosbatch_round(settings, lapped_runs[i], partitions, overlap=True))
         peer_out = f"{run.name}_peer_out"
         ensure_topics(settings, {peer_out: partitions})
         (result, wall), _, peer_cpu = _measured(run_peer, settings, [
@@ -445,17 +451,17 @@ def compare_with_peer(settings: Settings, runs: list[Run], partitions: int, padd
                 "ratio (rec/s)", "ratio vs trigger", "eosbatch CPU-s", "peer CPU-s"], rows),
         f"median ratio eosbatch/peer records/s: {median:.2f} (peer s includes its JVM and session start, as "
         "a scheduled spark-submit pays it; 'ratio vs trigger' holds eosbatch against the trigger alone)"]
-    if lapped:
+    for k, timed in lapped.items():
         over = [[f"round {i + 1}", f"{s:.1f}", f"{records / s:,.0f}", f"{u[0] / s:.2f}", f"{u[2] / s:.2f}",
                  f"{used.machine:.1f}", f"{used.machine / s:.2f}"]
-                for i, ((s, used), u) in enumerate(zip(lapped, usages, strict=True))]
-        cpu_rows += [_cpu_row(f"round {i + 1} overlapped", s, used) for i, (s, used) in enumerate(lapped)]
-        text += ["", f"the same rounds, eosbatch as {batches} batches with their steps overlapped (EOSBATCH_OVERLAP, "
-                 f"run between the one-batch run and the peer):",
+                for i, ((s, used), u) in enumerate(zip(timed, usages, strict=True))]
+        cpu_rows += [_cpu_row(f"round {i + 1} overlapped x{k}", s, used) for i, (s, used) in enumerate(timed)]
+        text += ["", f"the same rounds, eosbatch as {k} batches with their steps overlapped (EOSBATCH_OVERLAP, "
+                 "run between the one-batch run and the peer):",
                  _table(["", "overlapped s", "rec/s", "vs one batch", "ratio vs peer (rec/s)", "CPU-s",
                          "cores busy"], over),
-                 f"median ratio overlapped eosbatch/peer records/s: "
-                 f"{statistics.median(u[2] / s for (s, _), u in zip(lapped, usages, strict=True)):.2f}"]
+                 f"median ratio of {k} overlapped batches vs the peer, records/s: "
+                 f"{statistics.median(u[2] / s for (s, _), u in zip(timed, usages, strict=True)):.2f}"]
     return "\n".join([
         *text, "",
         _table(["CPU seconds", "wall s", "machine", "cores busy", *usages[0][1].parts, "other"], cpu_rows),
@@ -624,8 +630,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keep", action="store_true", help="keep the runs' topics and sink tables")
     parser.add_argument("--peer-rounds", type=int, default=2,
                         help="rounds of eosbatch vs the Structured Streaming peer on one topic (0: none)")
-    parser.add_argument("--overlap", type=int, default=4, metavar="K",
-                        help="each peer round also runs eosbatch as K batches with overlapped steps (0: not)")
+    parser.add_argument("--overlap", default="4", metavar="K[,K...]",
+                        help="each peer round also runs eosbatch as K batches with overlapped steps, for each K "
+                             "(default %(default)s; 0: none)")
     parser.add_argument("--tiny", action="store_true",
                         help="only the fixed cost per micro-batch: 10 batches of 100 records, eosbatch vs peer")
     args = parser.parse_args(argv)
@@ -645,15 +652,18 @@ def main(argv: list[str] | None = None) -> None:
         sizes += [int(n) for n in args.rss_sizes.split(",")]
     runs = [Run(f"{prefix}_{i}", n) for i, n in enumerate(sizes)]
     peers = [Run(f"{prefix}_p{i}", args.records) for i in range(args.peer_rounds)]
-    lapped = [Run(f"{prefix}_o{i}", args.records) for i in range(args.peer_rounds if args.overlap else 0)]
+    splits = [int(k) for k in args.overlap.split(",") if int(k) > 0]
+    lapped = {k: [Run(f"{prefix}_o{k}x{i}", args.records) for i in range(args.peer_rounds)] for k in splits}
     warm = Run(f"{prefix}_warm", WARM_UP_RECORDS)
-    _define(runs + peers + lapped + [warm], args.partitions)
-    if peers:  # every round reads the first round's topic
+    _define(runs + peers + [r for rs in lapped.values() for r in rs] + [warm], args.partitions)
+    if peers:  # every round reads the first round's topic; an overlapped run's batches are 1/K of it
         specs = json.loads(os.environ[PIPELINES_ENV])
-        for spec in specs[len(runs):len(runs) + len(peers) + len(lapped)]:
-            spec["topic"] = peers[0].topic
-        for spec in specs[len(runs) + len(peers):len(runs) + len(peers) + len(lapped)]:
-            spec["max_records"] = math.ceil(spec["max_records"] / args.overlap)
+        split = {r.name: k for k, rs in lapped.items() for r in rs}
+        for spec in specs:
+            if spec["name"] in split or spec["name"] in {r.name for r in peers}:
+                spec["topic"] = peers[0].topic
+            if spec["name"] in split:
+                spec["max_records"] = math.ceil(spec["max_records"] / split[spec["name"]])
         os.environ[PIPELINES_ENV] = json.dumps(specs)
     padding = _padding()
     print(f"{args.records:,} records of ~{RECORD_BYTES} B over {args.partitions} partitions in one batch "
@@ -669,7 +679,7 @@ def main(argv: list[str] | None = None) -> None:
         footprints[run.records] = footprint(settings, run, args.partitions, padding)
     print("\n" + report(generated, timings, copies, produce, footprints))
     if peers:
-        print("\n" + compare_with_peer(settings, peers, args.partitions, padding, lapped, args.overlap), flush=True)
+        print("\n" + compare_with_peer(settings, peers, args.partitions, padding, lapped), flush=True)
     if not args.keep:
         _cleanup(settings, [t for r in [*runs, warm] for t in (r.topic, r.output)] + [f"{prefix}_ceiling"],
                  [r.name for r in [*runs, warm]])
