@@ -66,6 +66,37 @@ def test_stop_freezes_the_process_at_the_point_until_sigcont(tmp_path):
     assert control.fired(fired) == [("commit.after_commit", pid)]  # it fires once, on the pass asked for
 
 
+THREADED = ("import sys, threading, time\n"
+            "from eosbatch import faults\n"
+            "def work():\n"
+            "    faults.point('commit.before_commit')\n"
+            "    open(sys.argv[1], 'w').close()\n"
+            "threading.Thread(target=work).start()\n"
+            "while True:\n"
+            "    time.sleep(0.001)\n")
+
+
+def test_stop_reached_in_another_thread_freezes_that_thread_at_the_point(tmp_path):
+    """An overlapped run reaches its commit and publish points in threads of their own. A process-directed
+    SIGSTOP let such a thread run on past the point (a COMMIT that the test believed frozen went through) until
+    the stop caught up: the file written after the point appeared every time. Frozen, it must not appear;
+    resumed, it does."""
+    fired, after = tmp_path / "fired", tmp_path / "after"
+    process = subprocess.Popen([sys.executable, "-c", THREADED, str(after)],
+                               env={faults.FAULT: "commit.before_commit:stop", faults.FIRED: str(fired)},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: control.fired(fired), 30, "the fault to fire")
+        wait_until(lambda: control.state(process.pid) == "T", 30, "the process to stop")
+        with pytest.raises(AssertionError):  # still frozen at the point after a while: nothing written
+            wait_until(after.exists, 1.0, "the thread to run past its fault point")
+        os.kill(process.pid, signal.SIGCONT)
+        wait_until(after.exists, 30, "the resumed thread to carry on")
+    finally:
+        process.kill()
+        process.wait()
+
+
 def test_no_fired_file_no_record_and_other_points_do_not_act(tmp_path):
     done = subprocess.run([sys.executable, "-c", SCRIPT], env={faults.FAULT: "publish.mid_produce:stop"},
                           capture_output=True, text=True, timeout=60)
