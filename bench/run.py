@@ -11,7 +11,7 @@ its peak RSS (VmHWM), and the Spark Connect server's heap in use after a full GC
 flat as the batch grows (Spark streams the records, the outbox is streamed to Kafka).
 With --peer-rounds R (default 2), eosbatch and a Structured Streaming peer (bench/peer.py) run alternately
 on the same topic, and each round also runs eosbatch as K batches with overlapped steps (--overlap K[,K...],
-default 4: `eosbatch run --overlap`); --tiny measures the fixed cost per micro-batch instead (CLI, one run,
+default 2: `eosbatch run --overlap`); --tiny measures the fixed cost per micro-batch instead (CLI, one run,
 Airflow, peer).
 
 Uses EOSBATCH_DATABASE_URL / EOSBATCH_KAFKA_BOOTSTRAP when both are set, else brings up the embedded stack
@@ -630,7 +630,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keep", action="store_true", help="keep the runs' topics and sink tables")
     parser.add_argument("--peer-rounds", type=int, default=2,
                         help="rounds of eosbatch vs the Structured Streaming peer on one topic (0: none)")
-    parser.add_argument("--overlap", default="4", metavar="K[,K...]",
+    parser.add_argument("--overlap", default="2", metavar="K[,K...]",
                         help="each peer round also runs eosbatch as K batches with overlapped steps, for each K "
                              "(default %(default)s; 0: none)")
     parser.add_argument("--tiny", action="store_true",
