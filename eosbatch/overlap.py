@@ -32,7 +32,6 @@ from eosbatch import lease as leases
 from eosbatch.exceptions import EosbatchError
 from eosbatch.kafka.publisher import release as release_publishers
 from eosbatch.ledger import store
-from eosbatch.ledger.exceptions import OffsetMismatch, RangeConflict
 
 Step = Callable[[store.Batch], None]
 
@@ -83,13 +82,8 @@ def run(pipeline_name: str, max_batches: int | None = None, log: steps.Log = ste
         if publisher.error is not None:  # the run stops: commit nothing more for a publisher that failed
             not_committed(batch)
             return
-        try:
+        with steps.aborted_on_failure(pipeline_name, batch.id):
             steps.commit(pipeline_name, batch.id, log)
-        except (OffsetMismatch, RangeConflict):
-            raise  # steps.commit aborted it
-        except Exception as exc:
-            abort(batch, f"{type(exc).__name__}: {exc}")
-            raise
         publisher.put(batch)
 
     def publish(batch: store.Batch) -> None:

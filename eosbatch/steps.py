@@ -450,18 +450,25 @@ def run_batch(pipeline_name: str, batch: store.Batch, log: Log = _quiet, owner: 
     heartbeat meanwhile; a runner that finds it lost stops with LaneLost."""
     settings = config.load()
     with leases.Heartbeat(settings, pipeline_name, lane(batch.kind), owner or leases.runner_id()) as lease:
-        try:
+        with aborted_on_failure(pipeline_name, batch.id):
             process(pipeline_name, batch.id, log)
             lease.check()
-            committed = commit(pipeline_name, batch.id, log)
-        except (OffsetMismatch, RangeConflict):
-            raise
-        except Exception as exc:
-            abort(pipeline_name, batch.id, reason=f"{type(exc).__name__}: {exc}")
-            raise
-        del committed
+            commit(pipeline_name, batch.id, log)
         lease.check()
         return publish(pipeline_name, batch.id, log)
+
+
+@contextlib.contextmanager
+def aborted_on_failure(pipeline_name: str, batch_id: int) -> Iterator[None]:
+    """Around a batch's steps up to its commit: any failure aborts the batch (its ranges are planned again)
+    and is raised. A commit that refused the batch (offsets moved, a range overlap) has aborted it itself."""
+    try:
+        yield
+    except (OffsetMismatch, RangeConflict):
+        raise
+    except Exception as exc:
+        abort(pipeline_name, batch_id, reason=f"{type(exc).__name__}: {exc}")
+        raise
 
 
 def run(pipeline_name: str, max_batches: int | None = None, log: Log = _quiet, overlap: bool | None = None
