@@ -269,11 +269,17 @@ def clean_up_after_rollbacks(settings: Settings, pipeline: str) -> None:
     attempt) unless autovacuum happened to get there first: noise against eosbatch, not part of its cost."""
     from eosbatch.ledger import sinks
 
+    from eosbatch.ledger import store
+
+    defined = registry.get(pipeline)
     connection = psycopg2.connect(settings.psycopg_dsn)
     connection.autocommit = True  # VACUUM refuses to run inside a transaction
     try:
         with connection.cursor() as cur:
-            cur.execute(sql.SQL("VACUUM {}, eosbatch.outbox").format(sinks.sink_table(registry.get(pipeline))))
+            tables = [sinks.sink_table(defined), sql.Identifier("eosbatch", "outbox")]
+            if store.table_exists(cur, sinks.outbox_table(defined)):  # the rolled-back commits' typed outbox
+                tables.append(sinks.outbox_table(defined))
+            cur.execute(sql.SQL("VACUUM {}").format(sql.SQL(", ").join(tables)))
     finally:
         connection.close()
 

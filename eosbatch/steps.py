@@ -224,7 +224,8 @@ def commit(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
             store.set_next_offsets(cur, pipeline.name, moves.moves)
             sequence = store.next_commit_seq(cur, pipeline.name)
             store.set_state(cur, batch, "committed", sink_rows=moved.sink_rows, dead_letters=dead,
-                            outbox_records=moved.outbox, commit_seq=sequence)
+                            outbox_records=moved.outbox, commit_seq=sequence,
+                            outbox_columns=moved.outbox_columns)
             cur.execute("UPDATE eosbatch.batches SET committed_at = now() WHERE id = %s", (batch_id,))
             batch = store.get_batch(cur, batch_id)
             faults.point("commit.before_commit")
@@ -253,8 +254,11 @@ def _outbox(settings: config.Settings, pipeline: Pipeline, batch: store.Batch) -
             cursor.itersize = 5_000
             # Text as bytes, numbers rendered by the server: no decoding and encoding per field here.
             psycopg2.extensions.register_type(psycopg2.extensions.BYTES, cursor)
-            cursor.execute("SELECT seq::text, key, value, source_topic, source_partition::text, "
-                           "source_offset::text FROM eosbatch.outbox WHERE batch_id = %s", (batch.id,))
+            if batch.outbox_columns is not None:
+                cursor.execute(sinks.outbox_query(pipeline, batch.outbox_columns), (batch.id,))
+            else:  # committed before the typed outbox (ledger revision 0008): its records are JSON already
+                cursor.execute("SELECT seq::text, key, value, source_topic, source_partition::text, "
+                               "source_offset::text FROM eosbatch.outbox WHERE batch_id = %s", (batch.id,))
             for seq, key, value, topic, partition, offset in cursor:
                 headers: Headers = [(HEADER_SEQ, seq)]
                 if partition is not None:
@@ -369,7 +373,7 @@ def finalize(pipeline_name: str, batch_id: int, produced: int | None = None, log
         fields: dict[str, Any] = {} if count is None else {"published_records": count}
         batch = store.set_state(cur, batch, "published", **fields)
         store.delete_staging(cur, batch_id, sinks.stage_table(pipeline), finished=True)
-        store.delete_outbox(cur, batch_id)
+        store.delete_outbox(cur, batch, sinks.outbox_table(pipeline))
     how = "published by an earlier run; " if produced is None else ""
     log(f"batch {batch_id}: finalized ({how}{count if count is not None else '?'} output records)")
     if batch.marker_group != pipeline.marker_group:

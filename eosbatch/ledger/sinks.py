@@ -17,6 +17,7 @@ from eosbatch.protocol.states import BatchKind, lane
 
 BATCH_COLUMN = "_eosbatch_batch"
 WRITER_COLUMN = "_eosbatch_writer"
+SEQ_COLUMN = "_eosbatch_seq"  # an output record's place in its batch's typed outbox
 AMBIGUOUS_COLUMN = "_eosbatch_ambiguous"  # only in the commit statement's result rows, never stored
 
 
@@ -31,6 +32,10 @@ def sink_table(pipeline: Pipeline) -> sql.Identifier:
 
 def stage_table(pipeline: Pipeline) -> sql.Identifier:
     return sql.Identifier("eosbatch", f"stage_{pipeline.name}")
+
+
+def outbox_table(pipeline: Pipeline) -> sql.Identifier:
+    return sql.Identifier("eosbatch", f"outbox_{pipeline.name}")
 
 
 def stage_copy_target(pipeline: Pipeline, columns: list[str]) -> sql.Composed:
@@ -278,6 +283,7 @@ class Moved(NamedTuple):
     sink_rows: int    # rows the upsert inserted or changed
     outbox: int       # output records written to the logged outbox (what publish must produce)
     too_big: int = 0  # rows whose output record would exceed the topic's limit: dead letters instead
+    outbox_columns: list[str] | None = None  # the output record's columns, as the typed outbox holds them
 
 
 def _batch_rows(pipeline: Pipeline, columns: list[str], flagged: bool = False) -> tuple[sql.Composed, list[str]]:
@@ -304,6 +310,25 @@ def _batch_rows(pipeline: Pipeline, columns: list[str], flagged: bool = False) -
         key_list, sql.SQL(", ").join(map(sql.Identifier, columns)), extra, _staged(pipeline), window, order), columns
 
 
+def _upsert(pipeline: Pipeline, columns: list[str], out: list[str], kind: BatchKind) -> sql.Composed:
+    """INSERT ... ON CONFLICT of the batch's rows, RETURNING what the sink really took (its rows as stored)."""
+    names = sql.SQL(", ").join(map(sql.Identifier, out))
+    others = [c for c in out if c not in pipeline.sink.key]
+    if pipeline.sink.mode == "accumulate":
+        action = sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(
+            sql.SQL("{c} = COALESCE(s.{c}, 0) + COALESCE(EXCLUDED.{c}, 0)").format(c=sql.Identifier(c))
+            for c in others))
+    elif others:
+        action = sql.SQL("DO UPDATE SET {} WHERE {}").format(sql.SQL(", ").join(
+            sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in others),
+            _new_row_wins(pipeline, columns, kind))
+    else:
+        action = sql.SQL("DO NOTHING")
+    return sql.SQL("INSERT INTO {} AS s ({}) SELECT {} FROM batch_rows ON CONFLICT ({}) {} RETURNING {}").format(
+        sink_table(pipeline), names, names, sql.SQL(", ").join(map(sql.Identifier, pipeline.sink.key)), action,
+        sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in out))
+
+
 def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: bool,
                  max_record_bytes: int | None = None) -> Moved:
     """Upsert the successful writers' staged rows into the sink and, in the same statement, write the output
@@ -318,35 +343,24 @@ def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: boo
         return Moved(0, 0)
     params: dict[str, object] = {"batch": batch.id, "writers": batch.writer_tags("sink")}
     rows, out = _batch_rows(pipeline, columns, flagged=True)
-    key_list = sql.SQL(", ").join(map(sql.Identifier, pipeline.sink.key))
-    others = [c for c in out if c not in pipeline.sink.key]
-    accumulate = pipeline.sink.mode == "accumulate"
-    if accumulate:
-        action = sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(
-            sql.SQL("{c} = COALESCE(s.{c}, 0) + COALESCE(EXCLUDED.{c}, 0)").format(c=sql.Identifier(c))
-            for c in others))
-    elif others:
-        action = sql.SQL("DO UPDATE SET {} WHERE {}").format(sql.SQL(", ").join(
-            sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in others),
-            _new_row_wins(pipeline, columns, batch.kind))
-    else:
-        action = sql.SQL("DO NOTHING")
+    rows_unflagged, _ = _batch_rows(pipeline, columns)
     names = sql.SQL(", ").join(map(sql.Identifier, out))
-    returned = sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in out)
+    accumulate = pipeline.sink.mode == "accumulate"
     # accumulate publishes the batch's deltas (every one of them is applied); replace the rows it stored.
-    upsert = sql.SQL("INSERT INTO {} AS s ({}) SELECT {} FROM batch_rows ON CONFLICT ({}) {} RETURNING {}").format(
-        sink_table(pipeline), names, names, key_list, action, returned)
     published = sql.Identifier("batch_rows" if accumulate else "changed")
     outbox = sql.SQL("SELECT 0")
+    outbox_columns = None
     if with_outbox and pipeline.output is not None:
-        position = position_columns(out)
-        source = [sql.SQL("c.{}").format(sql.Identifier(c)) if c in position else sql.SQL("NULL")
-                  for c in ("topic", "partition", "offset")]
-        outbox = sql.SQL(
-            "INSERT INTO eosbatch.outbox (batch_id, seq, key, value, source_topic, source_partition, source_offset) "
-            "SELECT %(batch)s, row_number() OVER (), c.{okey}::text, row_to_json(c.*)::text, {src} "
-            "FROM {published} c RETURNING 1").format(
-            okey=sql.Identifier(pipeline.output.key), src=sql.SQL(", ").join(source), published=published)
+        # Typed, not JSON: rendering every record and logging its text cost ~2 s of a 1M-record commit, the
+        # run's critical path; publish renders it instead (see migration 0008).
+        published_types = sql.SQL("SELECT {} FROM {}").format(names, sink_table(pipeline)) if not accumulate \
+            else rows_unflagged
+        table = ensure_outbox(cur, pipeline, _result_columns(cur, published_types, params))
+        outbox_columns = out
+        outbox = sql.SQL("INSERT INTO {t} ({b}, {s}, {names}) SELECT %(batch)s, row_number() OVER (), {cols} "
+                         "FROM {published} c RETURNING 1").format(
+            t=table, b=sql.Identifier(BATCH_COLUMN), s=sql.Identifier(SEQ_COLUMN), names=names,
+            cols=sql.SQL(", ").join(sql.SQL("c.{}").format(sql.Identifier(c)) for c in out), published=published)
     plain = sql.SQL("SELECT {} FROM all_rows").format(names)  # without the ambiguity flag
     fits, too_big = plain, sql.SQL("SELECT 1 WHERE false")
     if with_outbox and pipeline.output is not None and max_record_bytes is not None:
@@ -382,13 +396,13 @@ def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: boo
                         "changed AS ({upsert}), outboxed AS ({outbox}) "
                         "SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM outboxed), "
                         "(SELECT count(*) FROM too_big), (SELECT count(*) FROM all_rows WHERE {ambiguous})").format(
-        rows=rows, fits=fits, too_big=too_big, upsert=upsert, outbox=outbox,
+        rows=rows, fits=fits, too_big=too_big, upsert=_upsert(pipeline, columns, out, batch.kind), outbox=outbox,
         ambiguous=sql.Identifier(AMBIGUOUS_COLUMN)), params)
     sink_rows, outboxed, oversized, ambiguous = cur.fetchone()
     if ambiguous:
         raise _ambiguous_key(cur, pipeline, columns, params)  # the caller's rollback undoes the statement
     return Moved(int(sink_rows), int(outboxed) if with_outbox and pipeline.output is not None else 0,
-                 int(oversized))
+                 int(oversized), outbox_columns)
 
 
 def json_size_bound(columns: list[str], key: str) -> sql.Composed:
@@ -400,6 +414,73 @@ def json_size_bound(columns: list[str], key: str) -> sql.Composed:
     lengths = [sql.SQL("coalesce(octet_length(r.{}::text), 0)").format(sql.Identifier(c)) for c in columns]
     return sql.SQL("({} + 6 * ({}) + coalesce(octet_length(r.{}::text), 0))").format(
         sql.Literal(fixed), sql.SQL(" + ").join(lengths), sql.Identifier(key))
+
+
+# ---------------------------------------------------------------- the typed outbox
+
+def _result_columns(cur: Cursor, query: sql.Composable, params: dict[str, object]) -> list[Column]:
+    """The columns a query returns, with the types PostgreSQL gives them (without typmods, which do not
+    change how a value renders: a numeric keeps its own scale), from its description: nothing is read."""
+    cur.execute(sql.SQL("SELECT * FROM ({}) r LIMIT 0").format(query), params)
+    described = [(d.name, d.type_code) for d in cur.description]
+    cur.execute("SELECT oid, format_type(oid, NULL) FROM pg_type WHERE oid = ANY(%s)",
+                (sorted({oid for _, oid in described}),))
+    types = dict(cur.fetchall())
+    return [Column(name, types[oid]) for name, oid in described]
+
+
+def _table_types(cur: Cursor, table: sql.Identifier) -> dict[str, str]:
+    schema, name = table.strings
+    cur.execute("SELECT a.attname::text, format_type(a.atttypid, NULL) FROM pg_attribute a "
+                "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped "
+                "ORDER BY a.attnum", (schema, name))
+    return dict(cur.fetchall())
+
+
+def ensure_outbox(cur: Cursor, pipeline: Pipeline, columns: list[Column]) -> sql.Identifier:
+    """The pipeline's typed outbox, with `columns` typed as the records to publish are (the sink's types for
+    a replace sink, the sums' for an accumulate one), so publish renders each record as the commit would
+    have. Run inside the commit, under the pipeline's lock: a changed transform adds or retypes columns; a
+    column another batch still waits to publish from is never retyped."""
+    table = outbox_table(pipeline)
+    existing = _table_types(cur, table)
+    if not existing:
+        # LOGGED: after COMMIT publish reads the batch's records from here, and a crash must not lose them.
+        # No index: a batch's rows are written once, read once by a scan and deleted once (migration 0007).
+        cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({} bigint NOT NULL, {} bigint NOT NULL, {})").format(
+            table, sql.Identifier(BATCH_COLUMN), sql.Identifier(SEQ_COLUMN), sql.SQL(", ").join(
+                sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.pg_type)) for c in columns)))
+        return table
+    for column in columns:
+        name = sql.Identifier(column.name)
+        if column.name not in existing:
+            cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(table, name, sql.SQL(column.pg_type)))
+        elif existing[column.name] != column.pg_type:
+            cur.execute(sql.SQL("SELECT count(*) FROM {} WHERE {} IS NOT NULL").format(table, name))
+            if cur.fetchone()[0]:
+                raise SinkError(f"sink: output column {column.name!r} changed type to {column.pg_type} while "
+                                f"a committed batch still waits to publish it as {existing[column.name]}; "
+                                "publish it first (`eosbatch run` or `eosbatch status`)")
+            cur.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {} USING NULL").format(
+                table, name, sql.SQL(column.pg_type)))
+    return table
+
+
+def outbox_query(pipeline: Pipeline, columns: list[str]) -> sql.Composed:
+    """Read a batch's typed outbox as publish needs it: seq, key, the record as JSON text, its source.
+    row_to_json over the batch's columns, in the commit's order, renders exactly what the commit's own
+    row_to_json did when the outbox held JSON (migration 0008)."""
+    assert pipeline.output is not None
+    position = position_columns(columns)
+    source = [sql.SQL("q.{}::text").format(sql.Identifier(c)) if c in position else sql.SQL("NULL")
+              for c in ("topic", "partition", "offset")]
+    return sql.SQL("SELECT q.{seq}::text, q.{okey}::text, row_to_json(r.*)::text, {src} FROM {t} q "
+                   "CROSS JOIN LATERAL (SELECT {cols}) r WHERE q.{batch} = %s").format(
+        seq=sql.Identifier(SEQ_COLUMN), okey=sql.Identifier(pipeline.output.key), src=sql.SQL(", ").join(source),
+        t=outbox_table(pipeline), cols=sql.SQL(", ").join(sql.SQL("q.{}").format(sql.Identifier(c))
+                                                           for c in columns),
+        batch=sql.Identifier(BATCH_COLUMN))
 
 
 def legacy_outbox(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Composed | None:

@@ -49,6 +49,7 @@ class Batch(NamedTuple):
     outbox_records: int | None   # fixed by the commit: what publish must produce, whoever checks it
     commit_seq: int | None       # per pipeline, in commit order; None: committed before eosbatch 0.2
     committed_at: datetime | None
+    outbox_columns: list[str] | None  # the typed outbox's record columns; None: JSON in eosbatch.outbox
     ranges: tuple[OffsetRange, ...]
 
     def writer_tags(self, kind: str) -> list[str]:
@@ -68,7 +69,7 @@ class Batch(NamedTuple):
 
 _BATCH_COLUMNS = ("id, pipeline, kind, state, epoch, publish, marker_group, replay_of, writers, records_read, "
                   "sink_rows, dead_letters, published_records, error, created_at, updated_at, outbox_records, "
-                  "commit_seq, committed_at")
+                  "commit_seq, committed_at, outbox_columns")
 
 
 def _where(settings: Settings) -> str:
@@ -619,10 +620,15 @@ def delete_staging(cur: Cursor, batch_id: int, stage_table: Any | None, finished
         cur.execute(sql.SQL("DELETE FROM {} WHERE _eosbatch_batch = %s").format(stage_table), (batch_id,))
 
 
-def delete_outbox(cur: Cursor, batch_id: int) -> None:
+def delete_outbox(cur: Cursor, batch: Batch, typed_outbox: Any) -> None:
+    """Delete a published batch's outbox rows: from the pipeline's typed outbox, or (committed before it
+    existed) from the JSON one."""
     from psycopg2 import sql
 
-    delete_batch_rows(cur, sql.Identifier("eosbatch", "outbox"), "batch_id", batch_id)
+    if batch.outbox_columns is None:
+        delete_batch_rows(cur, sql.Identifier("eosbatch", "outbox"), "batch_id", batch.id)
+    elif table_exists(cur, typed_outbox):
+        delete_batch_rows(cur, typed_outbox, "_eosbatch_batch", batch.id)
 
 
 def delete_batch_rows(cur: Cursor, table: Any, column: str, batch_id: int) -> None:

@@ -89,6 +89,8 @@ def test_a_key_nothing_orders_in_one_batch_is_refused_naming_the_key(settings, u
         cur.execute("SELECT count(*) FROM eosbatch.outbox o JOIN eosbatch.batches b ON b.id = o.batch_id "
                     "WHERE b.pipeline = %s", (f"{pipeline}_{unique}",))
         assert cur.fetchone()[0] == 0
+        typed = sql.Identifier("eosbatch", f"outbox_{pipeline}_{unique}")  # created by the commit it rolled back
+        assert not store.table_exists(cur, typed)
         cur.execute("SELECT state FROM eosbatch.batches WHERE pipeline = %s", (f"{pipeline}_{unique}",))
         assert [state for (state,) in cur.fetchall()] == ["aborted"]  # by the run's failure path, not committed
 

@@ -1,10 +1,13 @@
-"""Upgrading eosbatch with batches in flight: the previous release (the last commit before the durable
-outbox) leaves one pipeline's batch `staged` and another's `committed`, each by a runner killed there; the
-new release's `eosbatch run` settles both exactly-once. (The ledger goes down to the previous schema for
-the old release and back up: this test wipes nothing, but batches of other pipelines that are in flight
-meanwhile would lose their outbox; tests run one at a time.) A batch staged without per-writer counts cannot be
-proven complete, so it is aborted and planned again; a committed one is published from staging, as it was
-committed, and its marker (written without a batch id) is matched by offsets."""
+"""Upgrading eosbatch with batches in flight: a previous release leaves one pipeline's batch `staged` and
+another's `committed`, each by a runner killed there; the new release's `eosbatch run` settles both
+exactly-once. (The ledger goes down to the previous schema for the old release and back up: this test wipes
+nothing, but batches of other pipelines that are in flight meanwhile would lose their outbox; tests run one
+at a time.) Two previous releases:
+- the last before the durable outbox: a batch staged without per-writer counts cannot be proven complete,
+  so it is aborted and planned again; a committed one is published from staging, as it was committed, and
+  its marker (written without a batch id) is matched by offsets;
+- the last before the typed outbox: its committed batch's records wait as JSON in eosbatch.outbox and are
+  published from there; its staged batch is committed into the typed outbox."""
 
 from __future__ import annotations
 
@@ -23,20 +26,22 @@ from tests.scenario import ROOT, Scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
-PREVIOUS_RELEASE = "7269d97"  # main before the durable outbox
-PREVIOUS_SCHEMA = "0002"       # its ledger revision
+PREVIOUS_RELEASES = {  # main before a change of what a batch in flight leaves -> its ledger revision
+    "7269d97": "0002",  # before the durable outbox
+    "a6c4c5d": "0007",  # before the typed outbox
+}
 
 
-@pytest.fixture(scope="module")
-def previous_release():
+@pytest.fixture(scope="module", params=sorted(PREVIOUS_RELEASES))
+def previous_release(request):
     with tempfile.TemporaryDirectory(prefix="eosbatch-previous-") as folder:
         archive = Path(folder) / "previous.tar"
-        done = subprocess.run(["git", "-C", str(ROOT), "archive", "-o", str(archive), PREVIOUS_RELEASE,
+        done = subprocess.run(["git", "-C", str(ROOT), "archive", "-o", str(archive), request.param,
                                "eosbatch", "spark_apps"], capture_output=True, text=True, check=False)
         assert done.returncode == 0, f"the previous release is not in this clone's history: {done.stderr}"
         with tarfile.open(archive) as tar:
             tar.extractall(folder, filter="data")
-        yield Path(folder)
+        yield request.param, Path(folder)
 
 
 def _states_on_the_old_schema(settings, pipeline: str) -> list[str]:
@@ -49,6 +54,17 @@ def _states_on_the_old_schema(settings, pipeline: str) -> list[str]:
         connection.close()
 
 
+def _json_outbox_records(settings, pipeline: str) -> int:
+    connection = store.connect(settings, check_schema=False)
+    try:
+        with connection, connection.cursor() as cur:
+            cur.execute("SELECT count(*) FROM eosbatch.outbox o JOIN eosbatch.batches b ON b.id = o.batch_id "
+                        "WHERE b.pipeline = %s", (pipeline,))
+            return int(cur.fetchone()[0])
+    finally:
+        connection.close()
+
+
 def _run_previous(scenario: Scenario, code: Path, fault: str) -> subprocess.CompletedProcess[str]:
     env = {**scenario.env(fault), "PYTHONPATH": f"{code}{os.pathsep}{ROOT}"}
     return subprocess.run([sys.executable, "-m", "eosbatch.cli", "run", scenario.pipeline, "--max-batches", "1"],
@@ -56,17 +72,20 @@ def _run_previous(scenario: Scenario, code: Path, fault: str) -> subprocess.Comp
 
 
 def test_batches_left_in_flight_by_the_previous_release_end_exactly_once(settings, unique, previous_release):
-    """As an operator upgrades: the old release runs on its ledger schema (0002) and dies with a batch in
-    flight; the new release is installed, `eosbatch db upgrade` runs, and the new runner settles it."""
+    """As an operator upgrades: the old release runs on its ledger schema and dies with a batch in flight;
+    the new release is installed, `eosbatch db upgrade` runs, and the new runner settles it."""
+    release, code = previous_release
     staged = Scenario(settings, f"{unique}s", "latest", records=1200, batch=800)
     committed = Scenario(settings, f"{unique}c", "totals", records=1200, batch=800)
     scenarios = [(staged, "process.after_staged", "staged"), (committed, "commit.after_commit", "committed")]
-    migrate.downgrade(settings.database_url, PREVIOUS_SCHEMA)
+    migrate.downgrade(settings.database_url, PREVIOUS_RELEASES[release])
     try:
         for scenario, fault, left in scenarios:
-            crashed = _run_previous(scenario, previous_release, fault)
+            crashed = _run_previous(scenario, code, fault)
             assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-2000:]
             assert _states_on_the_old_schema(settings, scenario.pipeline) == [left]
+        if PREVIOUS_RELEASES[release] >= "0003":  # the committed batch's records wait in the JSON outbox
+            assert _json_outbox_records(settings, committed.pipeline) > 0
     finally:
         migrate.upgrade(settings.database_url, "head")
     for scenario, _, _ in scenarios:

@@ -1,0 +1,86 @@
+"""The typed outbox (ledger revision 0008): the commit stores each output record's columns, publish renders
+the JSON. The records must be byte for byte what the commit rendered when the outbox held JSON, whatever
+the columns hold, and a changed transform must never retype a column a committed batch still waits on."""
+
+from __future__ import annotations
+
+import pytest
+from psycopg2 import sql
+
+from eosbatch import KafkaOutput, KafkaSource, Pipeline, PostgresSink
+from eosbatch.ledger import sinks, store
+from eosbatch.ledger.exceptions import SinkError
+from tests.integration.test_output_size import COLUMNS, ROWS
+
+pytestmark = [pytest.mark.integration]
+
+# A sink the user created, with types narrower than the ones eosbatch stages (typmods the outbox drops).
+USER_TYPES = {"n2": "numeric(12, 2)", "vc": "varchar(40)", "ts3": "timestamp(3) with time zone"}
+USER_ROWS = [("12.5", "short", "2024-02-29 12:34:56.789+00"), ("-0.01", "", "1970-01-01 00:00:00+00"),
+             (None, None, None), ("9999999999.99", "v" * 40, "2024-02-29 12:34:56.7894+05:45")]
+
+
+def _pipeline(unique: str) -> Pipeline:
+    return Pipeline(name=f"typed_{unique}", source=KafkaSource(topics=[f"typed_in_{unique}"]),
+                    transform=lambda df: df, sink=PostgresSink(table=f"typed_{unique}", key=["k"]),
+                    output=KafkaOutput(topic=f"typed_out_{unique}", key="k"))
+
+
+def test_records_published_from_the_typed_outbox_are_the_ones_the_commit_rendered(settings, unique) -> None:
+    pipeline = _pipeline(unique)
+    sink = sql.Identifier("public", f"typed_{unique}")
+    types = {**COLUMNS, **USER_TYPES, "partition": "integer", "offset": "bigint"}
+    names = list(types)
+    rows = [(*row, *user, i % 3, 1000 + i) for i, (row, user) in enumerate(zip(ROWS, USER_ROWS, strict=True))]
+    rows = [(f"k{i}", *row[1:]) for i, row in enumerate(rows)]  # a key per row (ROWS has a NULL one)
+    listed = sql.SQL(", ").join(map(sql.Identifier, names))
+    try:
+        with store.transaction(settings) as cur:
+            cur.execute("SET LOCAL TimeZone = 'Asia/Kathmandu'")  # minutes in the offset: the longest rendering
+            cur.execute(sql.SQL("CREATE TABLE {} ({})").format(sink, sql.SQL(", ").join(
+                sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in types.items())))
+            for row in rows:
+                cur.execute(sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+                    sink, listed, sql.SQL(", ").join(sql.Placeholder() * len(names))), row)
+            # What the commit rendered before 0008: row_to_json of the rows as the upsert returned them.
+            cur.execute(sql.SQL("SELECT c.k, row_to_json(c.*)::text FROM (SELECT {} FROM {}) c").format(listed, sink))
+            before = dict(cur.fetchall())
+            # What it does now: the outbox typed as the records are, filled from the same rows, read by publish.
+            table = sinks.ensure_outbox(cur, pipeline, sinks._result_columns(
+                cur, sql.SQL("SELECT {} FROM {}").format(listed, sink), {}))
+            cur.execute(sql.SQL("INSERT INTO {} SELECT 7, row_number() OVER (), {} FROM {}").format(
+                table, listed, sink))
+            cur.execute(sinks.outbox_query(pipeline, names), (7,))
+            published = cur.fetchall()
+    finally:
+        with store.transaction(settings) as cur:
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}, {}").format(sink, sinks.outbox_table(pipeline)))
+    assert len(published) == len(rows) and len(before) == len(rows)
+    assert sorted(int(seq) for seq, *_ in published) == list(range(1, len(rows) + 1))
+    for _, key, value, topic, partition, offset in published:
+        assert value == before[key]
+        assert topic is None  # one source topic: publish names it, as before
+        assert (int(partition), int(offset)) in {(r[-2], r[-1]) for r in rows if r[0] == key}
+    assert any(len(v) > 5_000 for v in before.values())  # the escaped, large rows are among them
+
+
+def test_a_column_a_committed_batch_waits_on_is_never_retyped(settings, unique) -> None:
+    pipeline = _pipeline(unique)
+    first = [sinks.Column("k", "text"), sinks.Column("amount", "double precision")]
+    retyped = [sinks.Column("k", "text"), sinks.Column("amount", "numeric"), sinks.Column("added", "bigint")]
+    table = sinks.outbox_table(pipeline)
+    try:
+        with store.transaction(settings) as cur:
+            sinks.ensure_outbox(cur, pipeline, first)
+            cur.execute(sql.SQL("INSERT INTO {} VALUES (1, 1, 'a', 1.5)").format(table))
+        with pytest.raises(SinkError, match="'amount' changed type to numeric.*double precision"), \
+                store.transaction(settings) as cur:
+            sinks.ensure_outbox(cur, pipeline, retyped)
+        with store.transaction(settings) as cur:  # published: the rows are gone, the column can change
+            cur.execute(sql.SQL("DELETE FROM {}").format(table))
+            sinks.ensure_outbox(cur, pipeline, retyped)
+            assert sinks._table_types(cur, table) == {"_eosbatch_batch": "bigint", "_eosbatch_seq": "bigint",
+                                                      "k": "text", "amount": "numeric", "added": "bigint"}
+    finally:
+        with store.transaction(settings) as cur:
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
