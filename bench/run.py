@@ -267,9 +267,7 @@ def clean_up_after_rollbacks(settings: Settings, pipeline: str) -> None:
     leaves a batch's worth of dead rows and dead index entries behind, which the timed commit would otherwise
     wade through (measured on a staged 1M batch: 13.3-14.1 s vacuumed, 15.4-17.5 s after one rolled-back
     attempt) unless autovacuum happened to get there first: noise against eosbatch, not part of its cost."""
-    from eosbatch.ledger import sinks
-
-    from eosbatch.ledger import store
+    from eosbatch.ledger import sinks, store
 
     defined = registry.get(pipeline)
     connection = psycopg2.connect(settings.psycopg_dsn)
