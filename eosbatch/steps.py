@@ -16,7 +16,7 @@ import psycopg2.extras
 
 from eosbatch import config, engine, faults, registry
 from eosbatch import lease as leases
-from eosbatch.bulk import paused_gc
+from eosbatch.bulk import paused_gc, read_ahead
 from eosbatch.exceptions import EosbatchError, Fenced, TerminalError
 from eosbatch.kafka import marker, offsets
 from eosbatch.kafka.exceptions import MarkerExpired
@@ -33,6 +33,7 @@ from eosbatch.protocol.recovery import marker_metadata, publish_action, recovery
 from eosbatch.protocol.states import ABORTABLE, Lane, claims_coverage, lane
 
 Log = Callable[[str], None]
+OUTBOX_CHUNK = 5_000  # records per fetch from the outbox (bounded memory: ~2 chunks ahead of the producer)
 HEADER_PIPELINE = "eosbatch.pipeline"
 HEADER_BATCH = "eosbatch.batch"
 HEADER_COMMIT_SEQ = "eosbatch.commit_seq"      # per pipeline, in commit order: orders records across lanes
@@ -251,7 +252,6 @@ def _outbox(settings: config.Settings, pipeline: Pipeline, batch: store.Batch) -
             return
         single_topic = pipeline.source.topics[0].encode() if len(pipeline.source.topics) == 1 else None
         with connection.cursor(name=f"eosbatch_outbox_{batch.id}") as cursor:
-            cursor.itersize = 5_000
             # Text as bytes, numbers rendered by the server: no decoding and encoding per field here.
             psycopg2.extensions.register_type(psycopg2.extensions.BYTES, cursor)
             if batch.outbox_columns is not None:
@@ -259,13 +259,14 @@ def _outbox(settings: config.Settings, pipeline: Pipeline, batch: store.Batch) -
             else:  # committed before the typed outbox (ledger revision 0008): its records are JSON already
                 cursor.execute("SELECT seq::text, key, value, source_topic, source_partition::text, "
                                "source_offset::text FROM eosbatch.outbox WHERE batch_id = %s", (batch.id,))
-            for seq, key, value, topic, partition, offset in cursor:
-                headers: Headers = [(HEADER_SEQ, seq)]
-                if partition is not None:
-                    headers += [(HEADER_SOURCE_PARTITION, partition), (HEADER_SOURCE_OFFSET, offset)]
-                    if topic is not None or single_topic is not None:
-                        headers.append((HEADER_SOURCE_TOPIC, topic if topic is not None else single_topic))
-                yield key, value, headers
+            for rows in read_ahead(lambda: cursor.fetchmany(OUTBOX_CHUNK)):
+                for seq, key, value, topic, partition, offset in rows:
+                    headers: Headers = [(HEADER_SEQ, seq)]
+                    if partition is not None:
+                        headers += [(HEADER_SOURCE_PARTITION, partition), (HEADER_SOURCE_OFFSET, offset)]
+                        if topic is not None or single_topic is not None:
+                            headers.append((HEADER_SOURCE_TOPIC, topic if topic is not None else single_topic))
+                    yield key, value, headers
     finally:
         connection.close()
 
