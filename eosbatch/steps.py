@@ -13,16 +13,17 @@ from typing import Any, NamedTuple
 import psycopg2
 import psycopg2.errors
 import psycopg2.extras
+from psycopg2 import sql
 
 from eosbatch import config, engine, faults, registry
 from eosbatch import lease as leases
-from eosbatch.bulk import paused_gc, read_ahead
+from eosbatch.bulk import paused_gc
 from eosbatch.exceptions import EosbatchError, Fenced, TerminalError
 from eosbatch.kafka import marker, offsets
 from eosbatch.kafka.exceptions import MarkerExpired
 from eosbatch.kafka.publisher import Headers, publishing
 from eosbatch.kafka.publisher import release as release_publishers
-from eosbatch.ledger import sinks, store
+from eosbatch.ledger import sinks, store, stream
 from eosbatch.ledger.exceptions import NotStaged, OffsetMismatch, RangeConflict, StagingLost
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol import ranges as plan_ranges
@@ -33,7 +34,7 @@ from eosbatch.protocol.recovery import marker_metadata, publish_action, recovery
 from eosbatch.protocol.states import ABORTABLE, Lane, claims_coverage, lane
 
 Log = Callable[[str], None]
-OUTBOX_CHUNK = 5_000  # records per fetch from the outbox (bounded memory: ~2 chunks ahead of the producer)
+OUTBOX_CHUNK = 5_000  # records per fetch from the outbox (bounded memory: one chunk in flight, one in use)
 HEADER_PIPELINE = "eosbatch.pipeline"
 HEADER_BATCH = "eosbatch.batch"
 HEADER_COMMIT_SEQ = "eosbatch.commit_seq"      # per pipeline, in commit order: orders records across lanes
@@ -242,33 +243,31 @@ def commit(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
 # ---------------------------------------------------------------- publish and finalize
 
 def _outbox(settings: config.Settings, pipeline: Pipeline, batch: store.Batch) -> Iterator[Outgoing]:
-    """Stream the batch's output records from the logged outbox with a server-side cursor (bounded memory).
-    Read in the table's order, not seq's: sorting a million rows cost seconds, and nothing needs the order
-    (each record carries its seq as a header)."""
-    connection = store.connect(settings)
-    try:
-        if batch.commit_seq is None:  # committed by an older eosbatch: its output is computed from staging
+    """Stream the batch's output records from the logged outbox, a chunk at a time with the next one in
+    flight (bounded memory; ledger.stream). Read in the table's order, not seq's: sorting a million rows
+    cost seconds, and nothing needs the order (each record carries its seq as a header)."""
+    if batch.commit_seq is None:  # committed by an older eosbatch: its output is computed from staging
+        connection = store.connect(settings)
+        try:
             yield from _legacy_outbox(connection, pipeline, batch)
-            return
-        single_topic = pipeline.source.topics[0].encode() if len(pipeline.source.topics) == 1 else None
-        with connection.cursor(name=f"eosbatch_outbox_{batch.id}") as cursor:
-            # Text as bytes, numbers rendered by the server: no decoding and encoding per field here.
-            psycopg2.extensions.register_type(psycopg2.extensions.BYTES, cursor)
-            if batch.outbox_columns is not None:
-                cursor.execute(sinks.outbox_query(pipeline, batch.outbox_columns), (batch.id,))
-            else:  # committed before the typed outbox (ledger revision 0008): its records are JSON already
-                cursor.execute("SELECT seq::text, key, value, source_topic, source_partition::text, "
-                               "source_offset::text FROM eosbatch.outbox WHERE batch_id = %s", (batch.id,))
-            for rows in read_ahead(lambda: cursor.fetchmany(OUTBOX_CHUNK)):
-                for seq, key, value, topic, partition, offset in rows:
-                    headers: Headers = [(HEADER_SEQ, seq)]
-                    if partition is not None:
-                        headers += [(HEADER_SOURCE_PARTITION, partition), (HEADER_SOURCE_OFFSET, offset)]
-                        if topic is not None or single_topic is not None:
-                            headers.append((HEADER_SOURCE_TOPIC, topic if topic is not None else single_topic))
-                    yield key, value, headers
-    finally:
-        connection.close()
+        finally:
+            connection.close()
+        return
+    single_topic = pipeline.source.topics[0].encode() if len(pipeline.source.topics) == 1 else None
+    if batch.outbox_columns is not None:
+        query: sql.Composable = sinks.outbox_query(pipeline, batch.outbox_columns)
+    else:  # committed before the typed outbox (ledger revision 0008): its records are JSON already
+        query = sql.SQL("SELECT seq::text, key, value, source_topic, source_partition::text, "
+                        "source_offset::text FROM eosbatch.outbox WHERE batch_id = %s")
+    # Text as bytes, numbers rendered by the server: no decoding and encoding per field here.
+    for rows in stream.chunks(settings, query, (batch.id,), OUTBOX_CHUNK, text_as_bytes=True):
+        for seq, key, value, topic, partition, offset in rows:
+            headers: Headers = [(HEADER_SEQ, seq)]
+            if partition is not None:
+                headers += [(HEADER_SOURCE_PARTITION, partition), (HEADER_SOURCE_OFFSET, offset)]
+                if topic is not None or single_topic is not None:
+                    headers.append((HEADER_SOURCE_TOPIC, topic if topic is not None else single_topic))
+            yield key, value, headers
 
 
 def _legacy_outbox(connection: Any, pipeline: Pipeline, batch: store.Batch) -> Iterator[Outgoing]:

@@ -72,22 +72,30 @@ _BATCH_COLUMNS = ("id, pipeline, kind, state, epoch, publish, marker_group, repl
                   "commit_seq, committed_at, outbox_columns")
 
 
-def _where(settings: Settings) -> str:
+def where(settings: Settings) -> str:
     return redact(settings.database_url)  # names the address, never the password
 
 
-def connect(settings: Settings, check_schema: bool = True) -> psycopg2.extensions.connection:
+def connect(settings: Settings, check_schema: bool = True, asynchronous: bool = False
+            ) -> psycopg2.extensions.connection:
     """A connection to the ledger's database, opened within the connect timeout (EOSBATCH_CONNECT_TIMEOUT_S;
     a connect_timeout in the URL wins). The first connection of a process also checks the ledger's
     revision, so that a database without the ledger, or with an older one, says "run eosbatch db upgrade"
-    before anything else happens."""
+    before anything else happens. `asynchronous`: a psycopg2 asynchronous connection, ready (see
+    eosbatch.ledger.stream), without the revision check."""
     timeout = max(2, math.ceil(settings.connect_timeout_s))  # libpq: whole seconds, at least 2
     options: dict[str, Any] = {} if "connect_timeout=" in settings.psycopg_dsn else {"connect_timeout": timeout}
     try:
+        if asynchronous:
+            from eosbatch.ledger.stream import wait
+
+            connection = psycopg2.connect(settings.psycopg_dsn, application_name="eosbatch", async_=1, **options)
+            wait(connection, timeout)
+            return connection
         connection = psycopg2.connect(settings.psycopg_dsn, application_name="eosbatch", **options)
     except psycopg2.Error as exc:
         # libpq's message can include the URL; say where without the password.
-        raise ledger_errors.connect_error(exc, _where(settings), timeout) from None
+        raise ledger_errors.connect_error(exc, where(settings), timeout) from None
     if check_schema:
         _check_revision_once(connection, settings)
     return connection
@@ -133,11 +141,11 @@ def _check_revision(connection: psycopg2.extensions.connection, settings: Settin
                 current = row[0] if row else None
         connection.rollback()
     except psycopg2.Error as exc:
-        raise (ledger_errors.to_eosbatch(exc, _where(settings))
-               or LedgerUnavailable(f"PostgreSQL at {_where(settings)}: {ledger_errors.first_line(exc)}")) from exc
+        raise (ledger_errors.to_eosbatch(exc, where(settings))
+               or LedgerUnavailable(f"PostgreSQL at {where(settings)}: {ledger_errors.first_line(exc)}")) from exc
     problem = ledger_errors.schema_problem(current, known)
     if problem is not None:
-        raise LedgerSchemaMissing(f"PostgreSQL at {_where(settings)}: {problem}")
+        raise LedgerSchemaMissing(f"PostgreSQL at {where(settings)}: {problem}")
     _schema_checked.add(settings.database_url)
 
 
@@ -200,7 +208,7 @@ def transaction(settings: Settings) -> Iterator[Cursor]:
             yield cursor
         ended_well = True
     except psycopg2.Error as exc:
-        mapped = ledger_errors.to_eosbatch(exc, _where(settings))
+        mapped = ledger_errors.to_eosbatch(exc, where(settings))
         if mapped is None:
             raise
         raise mapped from exc

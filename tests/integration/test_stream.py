@@ -1,0 +1,78 @@
+"""ledger.stream.chunks: publish's outbox reads, with the next chunk in flight on an asynchronous
+connection (one thread), against the real PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg2
+import pytest
+from psycopg2 import sql
+
+from eosbatch.ledger import store, stream
+from eosbatch.ledger.exceptions import LedgerUnavailable
+
+pytestmark = [pytest.mark.integration]
+
+NUMBERS = sql.SQL("SELECT i, ('r' || i)::text, NULL::text FROM generate_series(1, %s) i ORDER BY i")
+
+
+def _streams(settings) -> int:
+    """Backends of this database that hold the stream's cursor open."""
+    with store.transaction(settings) as cur:
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid() AND query LIKE %s", ("%eosbatch_stream%",))
+        return int(cur.fetchone()[0])
+
+
+@pytest.mark.parametrize("total", [0, 1, 9, 10, 11, 1234])
+def test_every_row_arrives_once_in_order_in_chunks_of_the_size(settings, total) -> None:
+    got = list(stream.chunks(settings, NUMBERS, (total,), 10))
+    assert [len(c) for c in got] == [10] * (total // 10) + ([total % 10] if total % 10 else [])
+    assert [row for chunk in got for row in chunk] == [(i, f"r{i}", None) for i in range(1, total + 1)]
+
+
+def test_text_as_bytes_arrives_undecoded(settings) -> None:
+    [[row]] = list(stream.chunks(settings, sql.SQL("SELECT 'é€'::text, 7::text, NULL::text WHERE %s"), (True,),
+                                 5, text_as_bytes=True))
+    assert row == ("é€".encode(), b"7", None)
+
+
+def test_the_next_chunk_is_computed_while_the_caller_works_on_this_one(settings) -> None:
+    """Each row takes PostgreSQL 0.2 s: with the next chunk in flight, working 0.4 s on a chunk hides it."""
+    slow = sql.SQL("SELECT i, pg_sleep(0.2)::text FROM generate_series(1, %s) i")
+    chunks = stream.chunks(settings, slow, (4,), 2)
+    next(chunks)  # rows 1-2; rows 3-4 are being computed from now on
+    time.sleep(0.6)  # the caller's work
+    started = time.monotonic()
+    rest = list(chunks)
+    assert [len(c) for c in rest] == [2]
+    assert time.monotonic() - started < 0.3, "rows 3-4 (0.4 s of PostgreSQL's work) were ready when asked for"
+
+
+def test_stopping_early_closes_the_connection_and_its_transaction(settings) -> None:
+    chunks = stream.chunks(settings, NUMBERS, (100,), 10)
+    assert len(next(chunks)) == 10
+    assert _streams(settings) == 1
+    chunks.close()
+    assert _streams(settings) == 0
+
+
+def test_a_query_error_is_postgresql_s_and_ends_the_stream(settings) -> None:
+    bad = sql.SQL("SELECT 1 / (i - 15) FROM generate_series(1, %s) i")
+    chunks = stream.chunks(settings, bad, (30,), 10)
+    assert len(next(chunks)) == 10  # rows 1-10; 11-20 are in flight and fail at row 15
+    with pytest.raises(psycopg2.errors.DivisionByZero):
+        next(chunks)
+    assert _streams(settings) == 0
+
+
+def test_a_lost_connection_is_a_transient_error(settings) -> None:
+    chunks = stream.chunks(settings, NUMBERS, (100,), 10)
+    next(chunks)
+    with store.transaction(settings) as cur:
+        cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid() AND query LIKE %s", ("%eosbatch_stream%",))
+        assert cur.rowcount == 1
+    with pytest.raises(LedgerUnavailable, match="PostgreSQL at"):
+        list(chunks)
