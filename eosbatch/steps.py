@@ -242,14 +242,16 @@ def commit(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
 
 # ---------------------------------------------------------------- publish and finalize
 
-def _outbox(settings: config.Settings, pipeline: Pipeline, batch: store.Batch) -> Iterator[Outgoing]:
-    """Stream the batch's output records from the logged outbox, a chunk at a time with the next one in
-    flight (bounded memory; ledger.stream). Read in the table's order, not seq's: sorting a million rows
-    cost seconds, and nothing needs the order (each record carries its seq as a header)."""
+def _outbox(settings: config.Settings, pipeline: Pipeline, batch: store.Batch, common: Headers
+            ) -> Iterator[Outgoing]:
+    """Stream the batch's output records, each with the `common` headers and its own, from the logged outbox,
+    a chunk at a time with the next one in flight (bounded memory; ledger.stream). Read in the table's
+    order, not seq's: sorting a million rows cost seconds, and nothing needs the order (each record carries
+    its seq as a header). Each record's header list is built in one go (see TransactionalPublisher.produce)."""
     if batch.commit_seq is None:  # committed by an older eosbatch: its output is computed from staging
         connection = store.connect(settings)
         try:
-            yield from _legacy_outbox(connection, pipeline, batch)
+            yield from _legacy_outbox(connection, pipeline, batch, common)
         finally:
             connection.close()
         return
@@ -262,15 +264,19 @@ def _outbox(settings: config.Settings, pipeline: Pipeline, batch: store.Batch) -
     # Text as bytes, numbers rendered by the server: no decoding and encoding per field here.
     for rows in stream.chunks(settings, query, (batch.id,), OUTBOX_CHUNK, text_as_bytes=True):
         for seq, key, value, topic, partition, offset in rows:
-            headers: Headers = [(HEADER_SEQ, seq)]
-            if partition is not None:
-                headers += [(HEADER_SOURCE_PARTITION, partition), (HEADER_SOURCE_OFFSET, offset)]
-                if topic is not None or single_topic is not None:
-                    headers.append((HEADER_SOURCE_TOPIC, topic if topic is not None else single_topic))
-            yield key, value, headers
+            if partition is None:  # no source position (an aggregate)
+                yield key, value, [*common, (HEADER_SEQ, seq)]
+            elif topic is None and single_topic is None:
+                yield key, value, [*common, (HEADER_SEQ, seq), (HEADER_SOURCE_PARTITION, partition),
+                                   (HEADER_SOURCE_OFFSET, offset)]
+            else:
+                yield key, value, [*common, (HEADER_SEQ, seq), (HEADER_SOURCE_PARTITION, partition),
+                                   (HEADER_SOURCE_OFFSET, offset),
+                                   (HEADER_SOURCE_TOPIC, topic if topic is not None else single_topic)]
 
 
-def _legacy_outbox(connection: Any, pipeline: Pipeline, batch: store.Batch) -> Iterator[Outgoing]:
+def _legacy_outbox(connection: Any, pipeline: Pipeline, batch: store.Batch, common: Headers
+                   ) -> Iterator[Outgoing]:
     with connection.cursor() as probe:
         query = sinks.legacy_outbox(probe, pipeline, batch)
     if query is None:
@@ -279,7 +285,7 @@ def _legacy_outbox(connection: Any, pipeline: Pipeline, batch: store.Batch) -> I
         cursor.itersize = 5_000
         cursor.execute(query, {"batch": batch.id, "writers": batch.writer_tags("sink")})
         for key, value in cursor:
-            yield (None if key is None else key.encode()), value.encode(), []
+            yield (None if key is None else key.encode()), value.encode(), common
 
 
 def publish(pipeline_name: str, batch_id: int, log: Log = _quiet, epoch: int | None = None,
@@ -347,7 +353,7 @@ def _publish_to_kafka(pipeline_name: str, batch_id: int, log: Log, epoch: int | 
                 headers: Headers = [(HEADER_PIPELINE, pipeline.name.encode()), (HEADER_BATCH, str(batch_id).encode()),
                                     (HEADER_COMMIT_SEQ, str(batch.commit_seq or 0).encode())]
                 with paused_gc():
-                    produced = publisher.produce(pipeline.output.topic, _outbox(settings, pipeline, batch), headers)
+                    produced = publisher.produce(pipeline.output.topic, _outbox(settings, pipeline, batch, headers), [])
                 if batch.outbox_records is not None and produced != batch.outbox_records:
                     publisher.abort()
                     raise TerminalError(f"batch {batch_id}: the outbox held {produced} records, the commit wrote "
