@@ -27,6 +27,10 @@ ROWS = [
     ("k" * 1000, "\t\n\r\b\f" * 200, "x" * 5000, "\u2028\u2029" * 10, "9" * 1000 + "." + "1" * 1000,
      "1.7976931348623157e308", "3.4e38", "-3.4e38", 2147483647, 9223372036854775807, 32767, True,
      "2024-02-29 12:34:56.789+05:45", "2024-02-29 12:34:56.789", "5874897-12-31", bytes(range(256))),
+    # the longest text of each fixed-width type (sinks.TEXT_WIDTH), with nothing else to hide a short bound
+    ("k", None, None, None, None, "-2.2250738585072014e-308", "-1.17549435e-38", "-1.17549435e-38", -2147483648,
+     -9223372036854775808, -32768, False, None, None, None, None),
+    ("k", None, None, None, None, "-Infinity", "-Infinity", "NaN", None, None, None, True, None, None, None, None),
 ]
 
 
@@ -43,9 +47,18 @@ def test_the_size_bound_is_never_below_the_exact_size(settings, unique) -> None:
             cur.execute(sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
                 table, sql.SQL(", ").join(map(sql.Identifier, names)),
                 sql.SQL(", ").join(sql.Placeholder() * len(names))), row)
-        cur.execute(sql.SQL("SELECT {}, {} FROM {} r").format(sinks.json_size_bound(names, "k"), exact, table))
+        typed = sinks._result_columns(cur, sql.SQL("SELECT * FROM {}").format(table), {})  # as the commit does
+        assert {c.pg_type for c in typed} >= set(sinks.TEXT_WIDTH)  # every type with a fixed bound is here
+        cur.execute(sql.SQL("SELECT {}, {} FROM {} r").format(sinks.json_size_bound(typed, "k"), exact, table))
         sizes = cur.fetchall()
+        fixed = [c.name for c in typed if c.pg_type in sinks.TEXT_WIDTH]
+        cur.execute(sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(
+            sql.SQL("max(greatest(octet_length({c}::text), octet_length(to_json({c})::text)))").format(
+                c=sql.Identifier(c)) for c in fixed), table))
+        longest = dict(zip(fixed, cur.fetchone(), strict=True))
         cur.execute(sql.SQL("DROP TABLE {}").format(table))
+    types = {c.name: c.pg_type for c in typed}
+    assert all(n <= sinks.TEXT_WIDTH[types[c]] for c, n in longest.items()), longest  # each width is a bound
     assert len(sizes) == len(ROWS)
     for bound, size in sizes:
         assert bound >= size, (bound, size)

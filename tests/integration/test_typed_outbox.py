@@ -17,7 +17,8 @@ pytestmark = [pytest.mark.integration]
 # A sink the user created, with types narrower than the ones eosbatch stages (typmods the outbox drops).
 USER_TYPES = {"n2": "numeric(12, 2)", "vc": "varchar(40)", "ts3": "timestamp(3) with time zone"}
 USER_ROWS = [("12.5", "short", "2024-02-29 12:34:56.789+00"), ("-0.01", "", "1970-01-01 00:00:00+00"),
-             (None, None, None), ("9999999999.99", "v" * 40, "2024-02-29 12:34:56.7894+05:45")]
+             (None, None, None), ("9999999999.99", "v" * 40, "2024-02-29 12:34:56.7894+05:45"),
+             ("0", "x", "2000-01-01 00:00:00+00"), (None, None, None)]
 
 
 def _pipeline(unique: str) -> Pipeline:
