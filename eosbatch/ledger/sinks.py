@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import psycopg2
 from psycopg2 import sql
 
 from eosbatch.ledger.exceptions import SinkError
@@ -19,6 +20,8 @@ BATCH_COLUMN = "_eosbatch_batch"
 WRITER_COLUMN = "_eosbatch_writer"
 SEQ_COLUMN = "_eosbatch_seq"  # an output record's place in its batch's typed outbox
 AMBIGUOUS_COLUMN = "_eosbatch_ambiguous"  # only in the commit statement's result rows, never stored
+# SQLSTATEs that eosbatch.refuse_row raises for a result row failing a commit check (migration 0009).
+AMBIGUOUS_KEY, RECORD_TOO_BIG = "EB001", "EB002"
 
 
 class Column(NamedTuple):
@@ -337,7 +340,11 @@ def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: boo
 
     A row whose output record would be larger than `max_record_bytes` could never be published, so it would
     block the lane for ever after COMMIT: it goes to the dead letters instead of the sink and the output.
-    A key nothing orders raises SinkError after the statement wrote: the caller's transaction must roll back."""
+    A key nothing orders raises SinkError: the caller's transaction must roll back.
+
+    The rows pass once, through the upsert: a row failing either check raises inside the statement
+    (eosbatch.refuse_row, migration 0009), and only then, from a savepoint, the statement that also counts
+    and moves such rows runs (its extra scans made PostgreSQL materialise every row: ~1.1 s per 1M)."""
     columns = batch_columns(cur, pipeline, batch)
     if not columns or not batch.writer_tags("sink"):
         return Moved(0, 0)
@@ -346,63 +353,96 @@ def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: boo
     rows_unflagged, _ = _batch_rows(pipeline, columns)
     names = sql.SQL(", ").join(map(sql.Identifier, out))
     accumulate = pipeline.sink.mode == "accumulate"
-    # accumulate publishes the batch's deltas (every one of them is applied); replace the rows it stored.
-    published = sql.Identifier("batch_rows" if accumulate else "changed")
+    output = pipeline.output if with_outbox else None
+    limit = max_record_bytes if output is not None else None
+    # The result rows' types: an accumulate sink publishes them (its deltas), and the size bound reads them.
+    result_columns = _result_columns(cur, rows_unflagged, params) if limit is not None or (
+        output is not None and accumulate) else []
     outbox = sql.SQL("SELECT 0")
     outbox_columns = None
-    if with_outbox and pipeline.output is not None:
+    if output is not None:
         # Typed, not JSON: rendering every record and logging its text cost ~2 s of a 1M-record commit, the
         # run's critical path; publish renders it instead (see migration 0008).
-        published_types = sql.SQL("SELECT {} FROM {}").format(names, sink_table(pipeline)) if not accumulate \
-            else rows_unflagged
-        table = ensure_outbox(cur, pipeline, _result_columns(cur, published_types, params))
+        published_types = result_columns if accumulate else _result_columns(
+            cur, sql.SQL("SELECT {} FROM {}").format(names, sink_table(pipeline)), params)
         outbox_columns = out
+        # accumulate publishes the batch's deltas (every one of them is applied); replace the rows it stored.
         outbox = sql.SQL("INSERT INTO {t} ({b}, {s}, {names}) SELECT %(batch)s, row_number() OVER (), {cols} "
                          "FROM {published} c RETURNING 1").format(
-            t=table, b=sql.Identifier(BATCH_COLUMN), s=sql.Identifier(SEQ_COLUMN), names=names,
-            cols=sql.SQL(", ").join(sql.SQL("c.{}").format(sql.Identifier(c)) for c in out), published=published)
-    plain = sql.SQL("SELECT {} FROM all_rows").format(names)  # without the ambiguity flag
-    fits, too_big = plain, sql.SQL("SELECT 1 WHERE false")
-    if with_outbox and pipeline.output is not None and max_record_bytes is not None:
+            t=ensure_outbox(cur, pipeline, published_types), b=sql.Identifier(BATCH_COLUMN),
+            s=sql.Identifier(SEQ_COLUMN), names=names,
+            published=sql.Identifier("batch_rows" if accumulate else "changed"),
+            cols=sql.SQL(", ").join(sql.SQL("c.{}").format(sql.Identifier(c)) for c in out))
+    upsert = _upsert(pipeline, columns, out, batch.kind)
+    fits = size = sql.SQL("true")
+    if output is not None and limit is not None:
+        params.update(max_bytes=limit, pipeline=pipeline.name)
         size = sql.SQL("octet_length(row_to_json(r.*)::text) + coalesce(octet_length(r.{}::text), 0)").format(
-            sql.Identifier(pipeline.output.key))
+            sql.Identifier(output.key))
         # Rendering every row as JSON only to measure it cost seconds per million rows: a cheap upper bound
         # settles all but rows near the limit (CASE keeps the exact size from being computed for the rest).
-        fitting = sql.SQL("CASE WHEN {} <= %(max_bytes)s THEN true ELSE {} <= %(max_bytes)s END").format(
-            json_size_bound(_result_columns(cur, rows_unflagged, params), pipeline.output.key), size)
-        fits = sql.SQL("SELECT r.* FROM ({}) r WHERE {}").format(plain, fitting)
-        position = position_columns(out)
-        topic = sql.SQL("r.{}").format(sql.Identifier("topic")) if "topic" in position else sql.Literal(
-            pipeline.source.topics[0] if position else pipeline.output.topic)
-        # A row without one source position (an aggregate) is recorded against the output topic, partition -1.
-        partition = sql.SQL("r.{}").format(sql.Identifier("partition")) if position else sql.SQL("-1")
-        where = (sql.SQL("{p}, COALESCE((SELECT br.incarnation FROM eosbatch.batch_ranges br WHERE br.batch_id = "
-                         "%(batch)s AND br.topic = {t} AND br.partition = {p}), 0), r.{o}").format(
-                             p=partition, t=topic, o=sql.Identifier("offset")) if position
-                 else sql.SQL("-1, 0, -(%(batch)s::bigint * 1000000 + row_number() OVER ())"))
-        too_big = sql.SQL(
-            'INSERT INTO eosbatch.dead_letters (pipeline, batch_id, topic, partition, incarnation, "offset", key, '
-            "value, error) "
-            "SELECT %(pipeline)s, %(batch)s, {topic}, {where}, convert_to(r.{okey}::text, 'UTF8'), "
-            "convert_to(row_to_json(r.*)::text, 'UTF8'), 'output record of ' || {size} || ' bytes exceeds the "
-            "output topic''s limit of ' || %(max_bytes)s || ' bytes (max.message.bytes, message.max.bytes, less "
-            "headers): not stored in the sink, not published' FROM ({plain}) r WHERE NOT {fitting} "
-            'ON CONFLICT (pipeline, topic, partition, incarnation, "offset") DO UPDATE SET '
-            "batch_id = EXCLUDED.batch_id, error = EXCLUDED.error RETURNING 1").format(
-                topic=topic, where=where, size=size, fitting=fitting, plain=plain,
-                okey=sql.Identifier(pipeline.output.key))
-        params.update(max_bytes=max_record_bytes, pipeline=pipeline.name)
-    cur.execute(sql.SQL("WITH all_rows AS ({rows}), batch_rows AS ({fits}), too_big AS ({too_big}), "
-                        "changed AS ({upsert}), outboxed AS ({outbox}) "
+        fits = sql.SQL("CASE WHEN {} <= %(max_bytes)s THEN true ELSE {} <= %(max_bytes)s END").format(
+            json_size_bound(result_columns, output.key), size)
+
+    # The common case: a row failing a check raises, so the rows are read once, by the upsert.
+    key = sql.SQL("concat_ws(', ', {})").format(sql.SQL(", ").join(
+        sql.SQL("r.{}::text").format(sql.Identifier(k)) for k in pipeline.sink.key))
+    checked = rows_unflagged
+    if _ambiguity_flag(pipeline, columns) is not None:
+        checked = sql.SQL("SELECT {cols} FROM ({rows}) r WHERE CASE WHEN r.{flag} THEN eosbatch.refuse_row("
+                          "%(ambiguous)s, 'a key nothing orders', {key}) ELSE true END").format(
+            cols=sql.SQL(", ").join(sql.SQL("r.{}").format(sql.Identifier(c)) for c in out), rows=rows,
+            flag=sql.Identifier(AMBIGUOUS_COLUMN), key=key)
+    cur.execute("SAVEPOINT eosbatch_move")
+    try:
+        cur.execute(sql.SQL("WITH all_rows AS ({checked}), batch_rows AS (SELECT r.* FROM all_rows r WHERE CASE "
+                            "WHEN {fits} THEN true ELSE eosbatch.refuse_row(%(too_big)s, 'an output record over "
+                            "the limit', {key}) END), changed AS ({upsert}), outboxed AS ({outbox}) "
+                            "SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM outboxed)").format(
+            checked=checked, fits=fits, key=key, upsert=upsert, outbox=outbox),
+            {**params, "ambiguous": AMBIGUOUS_KEY, "too_big": RECORD_TOO_BIG})
+        sink_rows, outboxed = cur.fetchone()
+        cur.execute("RELEASE SAVEPOINT eosbatch_move")
+        return Moved(int(sink_rows), int(outboxed) if output is not None else 0, 0, outbox_columns)
+    except psycopg2.Error as exc:
+        if exc.pgcode not in (AMBIGUOUS_KEY, RECORD_TOO_BIG):
+            raise
+        cur.execute("ROLLBACK TO SAVEPOINT eosbatch_move")
+        if exc.pgcode == AMBIGUOUS_KEY:
+            raise _ambiguous_key(cur, pipeline, columns, params) from None  # the caller rolls back
+    assert output is not None  # only a limit refuses a record as too big
+
+    # Some output record is over the limit: the statement that also moves such rows to the dead letters.
+    plain = sql.SQL("SELECT {} FROM all_rows").format(names)  # without the ambiguity flag
+    position = position_columns(out)
+    topic = sql.SQL("r.{}").format(sql.Identifier("topic")) if "topic" in position else sql.Literal(
+        pipeline.source.topics[0] if position else output.topic)
+    # A row without one source position (an aggregate) is recorded against the output topic, partition -1.
+    partition = sql.SQL("r.{}").format(sql.Identifier("partition")) if position else sql.SQL("-1")
+    where = (sql.SQL("{p}, COALESCE((SELECT br.incarnation FROM eosbatch.batch_ranges br WHERE br.batch_id = "
+                     "%(batch)s AND br.topic = {t} AND br.partition = {p}), 0), r.{o}").format(
+                         p=partition, t=topic, o=sql.Identifier("offset")) if position
+             else sql.SQL("-1, 0, -(%(batch)s::bigint * 1000000 + row_number() OVER ())"))
+    too_big = sql.SQL(
+        'INSERT INTO eosbatch.dead_letters (pipeline, batch_id, topic, partition, incarnation, "offset", key, '
+        "value, error) "
+        "SELECT %(pipeline)s, %(batch)s, {topic}, {where}, convert_to(r.{okey}::text, 'UTF8'), "
+        "convert_to(row_to_json(r.*)::text, 'UTF8'), 'output record of ' || {size} || ' bytes exceeds the "
+        "output topic''s limit of ' || %(max_bytes)s || ' bytes (max.message.bytes, message.max.bytes, less "
+        "headers): not stored in the sink, not published' FROM ({plain}) r WHERE NOT {fits} "
+        'ON CONFLICT (pipeline, topic, partition, incarnation, "offset") DO UPDATE SET '
+        "batch_id = EXCLUDED.batch_id, error = EXCLUDED.error RETURNING 1").format(
+            topic=topic, where=where, size=size, fits=fits, plain=plain, okey=sql.Identifier(output.key))
+    cur.execute(sql.SQL("WITH all_rows AS ({rows}), batch_rows AS (SELECT r.* FROM ({plain}) r WHERE {fits}), "
+                        "too_big AS ({too_big}), changed AS ({upsert}), outboxed AS ({outbox}) "
                         "SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM outboxed), "
                         "(SELECT count(*) FROM too_big), (SELECT count(*) FROM all_rows WHERE {ambiguous})").format(
-        rows=rows, fits=fits, too_big=too_big, upsert=_upsert(pipeline, columns, out, batch.kind), outbox=outbox,
+        rows=rows, plain=plain, fits=fits, too_big=too_big, upsert=upsert, outbox=outbox,
         ambiguous=sql.Identifier(AMBIGUOUS_COLUMN)), params)
     sink_rows, outboxed, oversized, ambiguous = cur.fetchone()
     if ambiguous:
         raise _ambiguous_key(cur, pipeline, columns, params)  # the caller's rollback undoes the statement
-    return Moved(int(sink_rows), int(outboxed) if with_outbox and pipeline.output is not None else 0,
-                 int(oversized), outbox_columns)
+    return Moved(int(sink_rows), int(outboxed), int(oversized), outbox_columns)
 
 
 # The longest text (and JSON) form of a value of these types: a bound with no cast to text per row (casting
