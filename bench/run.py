@@ -27,6 +27,7 @@ import math
 import multiprocessing
 import os
 import random
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -613,13 +614,25 @@ def _floor(used: cpu.Usage, wall: float) -> str:
             f"{used.machine / cores:.1f} s here (it took {wall:.1f} s)")
 
 
-def _cleanup(settings: Settings, topics: list[str], tables: list[str]) -> None:
-    AdminClient(settings.kafka()).delete_topics(topics, operation_timeout=30)
+def _cleanup(settings: Settings, prefix: str) -> None:
+    """Drop what this invocation made, all named from its prefix: topics, and tables in any schema (sinks,
+    staging, outboxes, the peer's and the ceilings'), and the peer's checkpoints. Left behind, a few sittings
+    filled tens of GB."""
+    for checkpoint in (stack.home() / "bench-checkpoints").glob(f"{prefix}*"):
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    admin = AdminClient(settings.kafka())
+    topics = [t for t in admin.list_topics(timeout=30).topics if t.startswith(prefix)]
+    if topics:
+        for future in admin.delete_topics(topics, operation_timeout=30).values():
+            future.result()
     connection = psycopg2.connect(settings.psycopg_dsn)
     try:
         with connection, connection.cursor() as cur:
-            for table in tables:
-                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+            cur.execute("SELECT schemaname, tablename FROM pg_tables WHERE starts_with(tablename, %s) OR "
+                        "starts_with(tablename, 'stage_' || %s) OR starts_with(tablename, 'outbox_' || %s)",
+                        (prefix, prefix, prefix))
+            for schema, table in cur.fetchall():
+                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(schema, table)))
     finally:
         connection.close()
 
@@ -650,6 +663,8 @@ def main(argv: list[str] | None = None) -> None:
                                                  "max_records": 101}  # 100 records + 1 commit marker
                                                 for r in (tiny, through)])
         print(tiny_batches(settings, tiny.name, f"{prefix}_tinypeer", through.name, 10, 100))
+        if not args.keep:
+            _cleanup(settings, prefix)
         return
     sizes = [args.records]
     if args.rss_check:
@@ -685,8 +700,7 @@ def main(argv: list[str] | None = None) -> None:
     if peers:
         print("\n" + compare_with_peer(settings, peers, args.partitions, padding, lapped), flush=True)
     if not args.keep:
-        _cleanup(settings, [t for r in [*runs, warm] for t in (r.topic, r.output)] + [f"{prefix}_ceiling"],
-                 [r.name for r in [*runs, warm]])
+        _cleanup(settings, prefix)
 
 
 if __name__ == "__main__":
