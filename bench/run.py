@@ -334,7 +334,7 @@ def produce_ceiling(settings: Settings, n: int, partitions: int, padding: int, t
     headers: Any = [(steps.HEADER_PIPELINE, b"bench"), (steps.HEADER_BATCH, b"1")]
     ensure_topics(settings, {topic: partitions})
     producer = Producer(settings.kafka(**{
-        "acks": "all", "partitioner": "murmur2_random", "linger.ms": 20, "compression.type": "lz4",
+        "acks": "all", "partitioner": "murmur2_random", "linger.ms": 20,
         "queue.buffering.max.messages": 200_000}))
     started = time.perf_counter()
     for count, (key, value) in enumerate(records, 1):
