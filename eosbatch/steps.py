@@ -378,7 +378,7 @@ def finalize(pipeline_name: str, batch_id: int, produced: int | None = None, log
             count = 0
         fields: dict[str, Any] = {} if count is None else {"published_records": count}
         batch = store.set_state(cur, batch, "published", **fields)
-        store.delete_staging(cur, batch_id, sinks.stage_table(pipeline), finished=True)
+        store.delete_staging(cur, batch_id, sinks.stage_table(pipeline), finished=True, pipeline=pipeline.name)
         store.delete_outbox(cur, batch, sinks.outbox_table(pipeline))
     how = "published by an earlier run; " if produced is None else ""
     log(f"batch {batch_id}: finalized ({how}{count if count is not None else '?'} output records)")

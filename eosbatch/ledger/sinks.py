@@ -12,7 +12,7 @@ import psycopg2
 from psycopg2 import sql
 
 from eosbatch.ledger.exceptions import SinkError
-from eosbatch.ledger.store import Batch, Cursor, table_exists
+from eosbatch.ledger.store import OPEN_BATCH_IDS, Batch, Cursor, table_exists
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol.states import BatchKind, lane
 
@@ -27,6 +27,12 @@ AMBIGUOUS_KEY, RECORD_TOO_BIG = "EB001", "EB002"
 class Column(NamedTuple):
     name: str
     pg_type: str  # one of the types produced by eosbatch.spark.schema.pg_type (a closed set)
+
+
+# Staging and the outbox are emptied after every batch (mostly by TRUNCATE): a vacuum triggered by their
+# inserts (to set visibility bits, freeze) is work thrown away a moment later. Dead rows (DELETE) and
+# wraparound still trigger vacuums as usual.
+TRANSIENT_TABLE = sql.SQL("autovacuum_vacuum_insert_threshold = -1")
 
 
 def sink_table(pipeline: Pipeline) -> sql.Identifier:
@@ -119,8 +125,9 @@ def _ensure_stage(cur: Cursor, pipeline: Pipeline, columns: list[Column], defini
     if not table_exists(cur, stage):
         # UNLOGGED: cheap, and safe only because the commit checks every writer's rows are still there
         # (a PostgreSQL crash empties unlogged tables), and nothing publish needs stays here after COMMIT.
-        cur.execute(sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} ({} bigint NOT NULL, {} text NOT NULL, {})").format(
-            stage, sql.Identifier(BATCH_COLUMN), sql.Identifier(WRITER_COLUMN), definitions))
+        cur.execute(sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} ({} bigint NOT NULL, {} text NOT NULL, {}) "
+                            "WITH ({})").format(stage, sql.Identifier(BATCH_COLUMN), sql.Identifier(WRITER_COLUMN),
+                                                definitions, TRANSIENT_TABLE))
         cur.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({}, {})").format(
             sql.Identifier(f"stage_{pipeline.name}_batch"), stage, sql.Identifier(BATCH_COLUMN),
             sql.Identifier(WRITER_COLUMN)))
@@ -131,14 +138,21 @@ def _ensure_stage(cur: Cursor, pipeline: Pipeline, columns: list[Column], defini
             cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
                 stage, sql.Identifier(column.name), sql.SQL(column.pg_type)))
         elif existing[column.name] != _information_schema_type(column.pg_type):
-            cur.execute(sql.SQL("SELECT count(*) FROM {} WHERE {} IS NOT NULL").format(
-                stage, sql.Identifier(column.name)))
-            if cur.fetchone()[0]:
+            if _open_batches_use(cur, pipeline, stage, column.name):
                 raise SinkError(f"sink: column {column.name!r} changed type to {column.pg_type} while rows of "
                                 f"another batch are staged with {existing[column.name]}; commit or abort them "
                                 "first (`eosbatch status`, `eosbatch abort`)")
             cur.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {} USING NULL").format(
                 stage, sql.Identifier(column.name), sql.SQL(column.pg_type)))
+
+
+def _open_batches_use(cur: Cursor, pipeline: Pipeline, table: sql.Identifier, column: str) -> bool:
+    """Whether a batch still open has a value in `column` of the pipeline's staging table or outbox (a
+    published batch's rows may wait there for a TRUNCATE: store.delete_batch_rows)."""
+    cur.execute(sql.SQL(f"SELECT EXISTS (SELECT 1 FROM {{}} WHERE {{}} IS NOT NULL AND {{}} = ANY("  # noqa: S608
+                        f"{OPEN_BATCH_IDS}))").format(table, sql.Identifier(column), sql.Identifier(BATCH_COLUMN)),
+                {"pipeline": pipeline.name})
+    return bool(cur.fetchone()[0])
 
 
 def _information_schema_type(pg_type: str) -> str:
@@ -499,17 +513,18 @@ def ensure_outbox(cur: Cursor, pipeline: Pipeline, columns: list[Column]) -> sql
     if not existing:
         # LOGGED: after COMMIT publish reads the batch's records from here, and a crash must not lose them.
         # No index: a batch's rows are written once, read once by a scan and deleted once (migration 0007).
-        cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({} bigint NOT NULL, {} bigint NOT NULL, {})").format(
-            table, sql.Identifier(BATCH_COLUMN), sql.Identifier(SEQ_COLUMN), sql.SQL(", ").join(
-                sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.pg_type)) for c in columns)))
+        definitions = sql.SQL(", ").join(
+            sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.pg_type)) for c in columns)
+        cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({} bigint NOT NULL, {} bigint NOT NULL, {}) WITH ({})"
+                            ).format(table, sql.Identifier(BATCH_COLUMN), sql.Identifier(SEQ_COLUMN), definitions,
+                                     TRANSIENT_TABLE))
         return table
     for column in columns:
         name = sql.Identifier(column.name)
         if column.name not in existing:
             cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(table, name, sql.SQL(column.pg_type)))
         elif existing[column.name] != column.pg_type:
-            cur.execute(sql.SQL("SELECT count(*) FROM {} WHERE {} IS NOT NULL").format(table, name))
-            if cur.fetchone()[0]:
+            if _open_batches_use(cur, pipeline, table, column.name):
                 raise SinkError(f"sink: output column {column.name!r} changed type to {column.pg_type} while "
                                 f"a committed batch still waits to publish it as {existing[column.name]}; "
                                 "publish it first (`eosbatch run` or `eosbatch status`)")

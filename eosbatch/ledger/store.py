@@ -613,60 +613,99 @@ def compact(cur: Cursor, pipeline: str, older_than_days: float, before_seq: int 
     return Compacted(int(batches), before, int(cur.fetchone()[0]), int(deleted))
 
 
-def delete_staging(cur: Cursor, batch_id: int, stage_table: Any | None, finished: bool = False) -> None:
-    """Delete a batch's staging rows; a `finished` (published) batch's by TRUNCATE where it can (see
-    delete_batch_rows). An aborted batch's always by DELETE: abort runs inside longer transactions (plan's
-    recovery), which must not hold the table's exclusive lock against the other lane's writers."""
+def delete_staging(cur: Cursor, batch_id: int, stage_table: Any | None, finished: bool = False,
+                   pipeline: str | None = None) -> None:
+    """Delete a batch's staging rows; a `finished` (published) batch's of `pipeline` as delete_batch_rows
+    does. An aborted batch's always by DELETE: abort runs inside longer transactions (plan's recovery),
+    which must not hold the table's exclusive lock against the other lane's writers."""
     from psycopg2 import sql
 
     cur.execute("DELETE FROM eosbatch.staged_dead_letters WHERE batch_id = %s", (batch_id,))
     if stage_table is None or not table_exists(cur, stage_table):
         return
     if finished:
-        delete_batch_rows(cur, stage_table, "_eosbatch_batch", batch_id)
+        delete_batch_rows(cur, stage_table, "_eosbatch_batch", batch_id, pipeline)
     else:
         cur.execute(sql.SQL("DELETE FROM {} WHERE _eosbatch_batch = %s").format(stage_table), (batch_id,))
 
 
 def delete_outbox(cur: Cursor, batch: Batch, typed_outbox: Any) -> None:
     """Delete a published batch's outbox rows: from the pipeline's typed outbox, or (committed before it
-    existed) from the JSON one."""
+    existed) from the JSON one, which all pipelines share."""
     from psycopg2 import sql
 
     if batch.outbox_columns is None:
         delete_batch_rows(cur, sql.Identifier("eosbatch", "outbox"), "batch_id", batch.id)
     elif table_exists(cur, typed_outbox):
-        delete_batch_rows(cur, typed_outbox, "_eosbatch_batch", batch.id)
+        delete_batch_rows(cur, typed_outbox, "_eosbatch_batch", batch.id, batch.pipeline)
 
 
-def delete_batch_rows(cur: Cursor, table: Any, column: str, batch_id: int) -> None:
-    """Delete a published batch's rows from a staging table or the outbox, in finalize's short transaction:
-    TRUNCATE when they are all the table holds.
+# The open batches of a pipeline: only their rows must stay in its staging table and typed outbox.
+OPEN_BATCH_IDS = ("ARRAY(SELECT id FROM eosbatch.batches WHERE pipeline = %(pipeline)s "
+                  "AND state IN ('planned', 'staged', 'committed'))")
 
-    Normally they are (one batch in flight per lane), and a DELETE of a 1M-record batch's rows costs ~0.3 s
-    in staging and ~0.7 s in the logged outbox, then leaves as many dead rows for autovacuum to clean while
-    the next batch runs, and for the next scans to wade through until then. TRUNCATE is instant. It needs the
-    table to itself: LOCK ... NOWAIT fails at once if any other transaction uses it (a writer staging
-    another batch, a publish reading the outbox), and under the lock no row can be added, so the check
-    that no other batch has rows there holds until COMMIT. Otherwise, or without the TRUNCATE privilege:
-    DELETE, as before. (TRUNCATE is not MVCC-safe for older snapshots, but no one needs a finished
-    batch's rows, and no other batch's rows exist.)"""
+# Per table, the one published batch whose rows this process left for a later TRUNCATE (delete_batch_rows).
+_left_lock = threading.Lock()
+_left_behind: dict[tuple[str, ...], int] = {}
+
+
+def delete_batch_rows(cur: Cursor, table: Any, column: str, batch_id: int, pipeline: str | None = None) -> None:
+    """Delete a published batch's rows from a staging table or the outbox, in finalize's short transaction.
+
+    TRUNCATE when no other batch needs the table: normally none does (one batch in flight per lane), and a
+    DELETE of a 1M-record batch's rows costs ~0.3 s in staging and ~0.7 s in the logged outbox, then leaves
+    as many dead rows for autovacuum to clean while the next batch runs, and for the next scans to wade
+    through. TRUNCATE is instant. It needs the table to itself: LOCK ... NOWAIT fails at once if any other
+    transaction uses it (a writer staging another batch, a commit or a publish reading it), and under the
+    lock no row can be added, so the check that no batch still open has rows there holds until COMMIT.
+    (TRUNCATE is not MVCC-safe for older snapshots, but no one needs a finished batch's rows.)
+
+    When it cannot, as under overlapped batches (the next batch is committing): a `pipeline`'s own table
+    keeps this batch's rows for a later finalize's TRUNCATE (a run's last one normally can), and the
+    finalize after that, if it cannot either, DELETEs every finished batch's rows, so at most one
+    published batch's rows wait per table and process. Rows a crashed process left go the same ways; no
+    reader is confused by them (every read names its batch). The shared JSON outbox (`pipeline` None)
+    keeps only what no other batch has there, by DELETE, as before."""
     from psycopg2 import errors, sql
 
+    key = tuple(table.strings)
     cur.execute("SAVEPOINT eosbatch_truncate")
     try:
         cur.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE NOWAIT").format(table))
-        cur.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {} IS DISTINCT FROM %s)").format(
-            table, sql.Identifier(column)), (batch_id,))
-        if not cur.fetchone()[0]:
+        if pipeline is None:
+            cur.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {} IS DISTINCT FROM %s)").format(
+                table, sql.Identifier(column)), (batch_id,))
+            needed = cur.fetchone()[0]
+        else:
+            cur.execute(f"SELECT {OPEN_BATCH_IDS}", {"pipeline": pipeline})  # noqa: S608 - a constant
+            open_ids = cur.fetchone()[0]
+            needed = False
+            if open_ids:  # none: nothing to look for (an ANY of an empty array would still scan the table)
+                cur.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {} = ANY(%s))").format(
+                    table, sql.Identifier(column)), (open_ids,))
+                needed = cur.fetchone()[0]
+        if not needed:
             cur.execute(sql.SQL("TRUNCATE {}").format(table))
             cur.execute("RELEASE SAVEPOINT eosbatch_truncate")
+            with _left_lock:
+                _left_behind.pop(key, None)
             return
     except (errors.LockNotAvailable, errors.InsufficientPrivilege):
         pass
     cur.execute("ROLLBACK TO SAVEPOINT eosbatch_truncate")  # and so give the lock back before the DELETE
     cur.execute("RELEASE SAVEPOINT eosbatch_truncate")
-    cur.execute(sql.SQL("DELETE FROM {} WHERE {} = %s").format(table, sql.Identifier(column)), (batch_id,))
+    if pipeline is None:
+        cur.execute(sql.SQL("DELETE FROM {} WHERE {} = %s").format(table, sql.Identifier(column)), (batch_id,))
+        return
+    with _left_lock:
+        if _left_behind.setdefault(key, batch_id) == batch_id:
+            return  # left for a later TRUNCATE (or the next DELETE)
+    # One statement, one snapshot: a batch whose rows it sees was planned (committed its ledger row) before
+    # they were written, so an open batch is never mistaken for a finished one.
+    cur.execute(sql.SQL(f"DELETE FROM {{}} WHERE NOT ({{}} = ANY({OPEN_BATCH_IDS}))").format(  # noqa: S608
+        table, sql.Identifier(column)), {"pipeline": pipeline})
+    with _left_lock:
+        _left_behind.pop(key, None)
 
 
 def table_exists(cur: Cursor, table: Any) -> bool:

@@ -66,3 +66,52 @@ def test_a_batch_rows_go_by_truncate_only_when_alone(settings, unique) -> None:
         other.close()
         with store.transaction(settings) as cur:
             cur.execute(sql.SQL("DROP TABLE {}").format(table))
+
+
+def test_a_published_batch_rows_wait_for_a_truncate_while_another_batch_is_open(settings, unique) -> None:
+    """A pipeline's own table under overlapped batches: the finished batch's rows stay while the next batch,
+    still open, has rows there (no DELETE, no dead rows), at most one finished batch's per table; the next
+    finalize that cannot TRUNCATE deletes every finished batch's rows, never an open batch's; the first that
+    finds no open batch's rows TRUNCATEs the lot."""
+    pipeline = f"p_{unique}"
+    table = sql.Identifier("public", f"cleanup_{unique}")
+    with store.transaction(settings) as cur:
+        cur.execute(sql.SQL("CREATE UNLOGGED TABLE {} (batch_id bigint, v text)").format(table))
+        store.lock_pipeline(cur, pipeline)
+        ids = [store.create_batch(cur, pipeline, "regular", 0, [], "g").id for _ in range(4)]
+    first, second, third, fourth = ids
+    leftover = 10_000 + first  # a batch no longer in the ledger's open ones: what a crashed runner left
+    for batch_id, n in ((leftover, 5), (first, 100), (second, 50), (third, 20)):
+        _add(settings, table, batch_id, n)
+
+    def finish(batch_id: int) -> None:
+        with store.transaction(settings) as cur:
+            cur.execute("UPDATE eosbatch.batches SET state = 'aborted' WHERE id = %s", (batch_id,))
+            store.delete_batch_rows(cur, table, "batch_id", batch_id, pipeline)
+
+    try:
+        _, file_before = _state(settings, table)
+        finish(first)  # the second and third are open with rows there: the first's rows wait
+        rows, file_now = _state(settings, table)
+        assert rows == {leftover: 5, first: 100, second: 50, third: 20} and file_now == file_before
+
+        other = psycopg2.connect(settings.psycopg_dsn)
+        try:
+            with other.cursor() as cursor:  # a reader holds the table: no TRUNCATE, whatever it finds
+                cursor.execute(sql.SQL("SELECT count(*) FROM {}").format(table))
+                finish(second)  # one batch waits already: every finished batch's rows go, by DELETE
+                rows, file_now = _state(settings, table)
+                assert rows == {third: 20} and file_now == file_before
+                other.rollback()
+        finally:
+            other.close()
+
+        _add(settings, table, fourth, 7)
+        finish(third)  # the fourth is open with rows: the third's rows wait again
+        assert _state(settings, table)[0] == {third: 20, fourth: 7}
+        finish(fourth)  # nothing open has rows: TRUNCATE, the waiting rows with them
+        rows, file_now = _state(settings, table)
+        assert rows == {} and file_now != file_before
+    finally:
+        with store.transaction(settings) as cur:
+            cur.execute(sql.SQL("DROP TABLE {}").format(table))
