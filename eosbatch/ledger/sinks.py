@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import psycopg2
+import psycopg2.errors
 from psycopg2 import sql
 
 from eosbatch.ledger.exceptions import SinkError
@@ -204,9 +205,19 @@ def missing_staged(cur: Cursor, pipeline: Pipeline, batch: Batch) -> list[str]:
     return problems
 
 
-def _staged(pipeline: Pipeline) -> sql.Composed:
-    return sql.SQL("FROM {} WHERE {} = %(batch)s AND {} = ANY(%(writers)s)").format(
+def _staged(pipeline: Pipeline, stored_keys: bool = False) -> sql.Composed:
+    """The batch's staged rows; `stored_keys`: only those whose key the sink holds already."""
+    staged = sql.SQL("FROM {} WHERE {} = %(batch)s AND {} = ANY(%(writers)s)").format(
         stage_table(pipeline), sql.Identifier(BATCH_COLUMN), sql.Identifier(WRITER_COLUMN))
+    if not stored_keys:
+        return staged
+    return sql.SQL("{} AND EXISTS (SELECT 1 FROM {} x WHERE {})").format(
+        staged, sink_table(pipeline), _same_key(pipeline, sql.Identifier("x"), stage_table(pipeline)))
+
+
+def _same_key(pipeline: Pipeline, left: sql.Composable, right: sql.Composable) -> sql.Composed:
+    return sql.SQL(" AND ").join(sql.SQL("{}.{} = {}.{}").format(left, sql.Identifier(k), right, sql.Identifier(k))
+                                 for k in pipeline.sink.key)
 
 
 def _ambiguity_flag(pipeline: Pipeline, columns: list[str]) -> sql.Composable | None:
@@ -267,30 +278,33 @@ def _in_batch_order(pipeline: Pipeline, columns: list[str]) -> list[sql.Composab
     return order
 
 
-def _position_wins(columns: list[str], kind: BatchKind) -> sql.Composable:
+def _position_wins(columns: list[str], kind: BatchKind, new: str = "EXCLUDED") -> sql.Composable:
     """Without an order_by: the higher offset of the same partition wins; across partitions a regular batch
     (a later commit) wins, while a backfill or replay only beats a lower offset of the same partition (it
     carries older data); a reprocess re-asserts its own positions."""
     position = position_columns(columns)
     if not position:
         return sql.SQL("true" if lane(kind) == "regular" or kind == "reprocess" else "false")
-    same_source = sql.SQL(" AND ").join(sql.SQL("s.{c} IS NOT DISTINCT FROM EXCLUDED.{c}").format(
-        c=sql.Identifier(c)) for c in position[:-1])
-    later = sql.SQL("EXCLUDED.{o} {op} s.{o}").format(o=sql.Identifier("offset"),
-                                                     op=sql.SQL(">=" if kind == "reprocess" else ">"))
+    same_source = sql.SQL(" AND ").join(sql.SQL("s.{c} IS NOT DISTINCT FROM {n}.{c}").format(
+        c=sql.Identifier(c), n=sql.SQL(new)) for c in position[:-1])
+    later = sql.SQL("{n}.{o} {op} s.{o}").format(o=sql.Identifier("offset"), n=sql.SQL(new),
+                                                op=sql.SQL(">=" if kind == "reprocess" else ">"))
     if lane(kind) == "regular":
         return sql.SQL("(NOT ({}) OR {})").format(same_source, later)
     return sql.SQL("({} AND {})").format(same_source, later)
 
 
-def _new_row_wins(pipeline: Pipeline, columns: list[str], kind: BatchKind) -> sql.Composable:
-    """The DO UPDATE condition: with order_by the highest value wins and NULL never beats a value (so a
-    stored NULL never freezes a key); equal values fall to the position rule."""
-    condition = _position_wins(columns, kind)
+def _new_row_wins(pipeline: Pipeline, columns: list[str], kind: BatchKind, new: str = "EXCLUDED"
+                  ) -> sql.Composable:
+    """The DO UPDATE condition (the stored row is `s`, the batch's `new`): with order_by the highest value
+    wins and NULL never beats a value (so a stored NULL never freezes a key); equal values fall to the
+    position rule."""
+    condition = _position_wins(columns, kind, new)
     for column in reversed(pipeline.sink.order_by):
         c = sql.Identifier(column)
-        condition = sql.SQL("((s.{c} IS NULL AND EXCLUDED.{c} IS NOT NULL) OR EXCLUDED.{c} > s.{c} "
-                            "OR (s.{c} IS NOT DISTINCT FROM EXCLUDED.{c} AND {rest}))").format(c=c, rest=condition)
+        condition = sql.SQL("((s.{c} IS NULL AND {n}.{c} IS NOT NULL) OR {n}.{c} > s.{c} "
+                            "OR (s.{c} IS NOT DISTINCT FROM {n}.{c} AND {rest}))").format(
+            c=c, n=sql.SQL(new), rest=condition)
     return condition
 
 
@@ -303,9 +317,11 @@ class Moved(NamedTuple):
     outbox_columns: list[str] | None = None  # the output record's columns, as the typed outbox holds them
 
 
-def _batch_rows(pipeline: Pipeline, columns: list[str], flagged: bool = False) -> tuple[sql.Composed, list[str]]:
+def _batch_rows(pipeline: Pipeline, columns: list[str], flagged: bool = False, stored_keys: bool = False
+                ) -> tuple[sql.Composed, list[str]]:
     """The batch's result rows, one per key: replace, the latest of each key; accumulate, the sums per key.
-    `flagged` adds the boolean column AMBIGUOUS_COLUMN (see _ambiguity_flag; false where nothing can be)."""
+    `flagged` adds the boolean column AMBIGUOUS_COLUMN (see _ambiguity_flag; false where nothing can be).
+    `stored_keys`: only the keys the sink holds already (all of a key's rows or none, so the flag holds)."""
     key_list = sql.SQL(", ").join(map(sql.Identifier, pipeline.sink.key))
     flag = _ambiguity_flag(pipeline, columns) if flagged else None
     extra = sql.SQL("")
@@ -317,14 +333,15 @@ def _batch_rows(pipeline: Pipeline, columns: list[str], flagged: bool = False) -
         sums = sql.SQL(", ").join(sql.SQL("sum({c}) AS {c}").format(c=sql.Identifier(c))
                                   for c in pipeline.sink.accumulate)
         return sql.SQL("SELECT {}, {}{} {} GROUP BY {}").format(
-            key_list, sums, extra, _staged(pipeline), key_list), out
+            key_list, sums, extra, _staged(pipeline, stored_keys), key_list), out
     order = sql.SQL(", ").join([*map(sql.Identifier, pipeline.sink.key), *_in_batch_order(pipeline, columns)])
     # The window sorts exactly as DISTINCT ON does (its whole partition as the frame), so one Sort serves both.
     window = sql.SQL("") if flag is None else sql.SQL(
         " WINDOW w AS (PARTITION BY {} ORDER BY {} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
     ).format(key_list, order)
     return sql.SQL("SELECT DISTINCT ON ({}) {}{} {}{} ORDER BY {}").format(
-        key_list, sql.SQL(", ").join(map(sql.Identifier, columns)), extra, _staged(pipeline), window, order), columns
+        key_list, sql.SQL(", ").join(map(sql.Identifier, columns)), extra, _staged(pipeline, stored_keys), window,
+        order), columns
 
 
 def _upsert(pipeline: Pipeline, columns: list[str], out: list[str], kind: BatchKind) -> sql.Composed:
@@ -346,6 +363,62 @@ def _upsert(pipeline: Pipeline, columns: list[str], out: list[str], kind: BatchK
         sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in out))
 
 
+def _update_stored(pipeline: Pipeline, columns: list[str], out: list[str], kind: BatchKind) -> sql.Composed | None:
+    """The split upsert's first half (replace sinks): UPDATE the keys the sink holds where the batch's row
+    wins, as _upsert's DO UPDATE would; RETURNING the rows as stored. None: nothing to update (a key-only
+    sink, DO NOTHING)."""
+    others = [c for c in out if c not in pipeline.sink.key]
+    if not others:
+        return None
+    return sql.SQL("UPDATE {} AS s SET {} FROM batch_rows b WHERE {} AND {} RETURNING {}").format(
+        sink_table(pipeline), sql.SQL(", ").join(sql.SQL("{c} = b.{c}").format(c=sql.Identifier(c)) for c in others),
+        _same_key(pipeline, sql.SQL("s"), sql.SQL("b")), _new_row_wins(pipeline, columns, kind, new="b"),
+        sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in out))
+
+
+def _insert_new(pipeline: Pipeline, out: list[str]) -> sql.Composed:
+    """The split upsert's second half: a plain INSERT of the keys the sink does not hold."""
+    names = sql.SQL(", ").join(map(sql.Identifier, out))
+    return sql.SQL("INSERT INTO {t} AS s ({n}) SELECT {n} FROM batch_rows r WHERE NOT EXISTS (SELECT 1 FROM {t} x "
+                   "WHERE {k}) RETURNING {r}").format(
+        t=sink_table(pipeline), n=names, k=_same_key(pipeline, sql.SQL("x"), sql.SQL("r")),
+        r=sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in out))
+
+
+SPLIT_SAMPLE = 1_000  # staged rows whose keys are looked up in the sink to choose the upsert's form
+
+
+def _mostly_new_keys(cur: Cursor, pipeline: Pipeline, params: dict[str, object]) -> bool:
+    """Whether to split the upsert: a replace sink, keys compared alike in staging and the sink (same types
+    and collations: one row per key in the batch is one row per key in the sink's unique index), and under
+    a fifth of a sample of the batch's keys already stored.
+
+    INSERT ... ON CONFLICT pays a speculative insertion per new row (a lock taken and released, one more WAL
+    record): for 454,000 new keys 2.9-3.0 s, against 2.2-2.3 s as an UPDATE of the stored keys then a plain
+    INSERT of the others. With half of the keys stored the split cost 4.1-4.3 s against 3.7-3.8 s: it reads
+    the stored keys' rows twice."""
+    if pipeline.sink.mode != "replace":
+        return False
+    cur.execute("SELECT a.attrelid = %(stage)s::regclass, a.attname, format_type(a.atttypid, a.atttypmod), "
+                "a.attcollation FROM pg_attribute a WHERE a.attrelid IN (%(stage)s::regclass, %(sink)s::regclass) "
+                "AND a.attname = ANY(%(key)s) AND NOT a.attisdropped",
+                {"stage": stage_table(pipeline).as_string(cur.connection), "key": list(pipeline.sink.key),
+                 "sink": sink_table(pipeline).as_string(cur.connection)})
+    found = cur.fetchall()
+    staged = {name: rest for in_stage, name, *rest in found if in_stage}
+    stored = {name: rest for in_stage, name, *rest in found if not in_stage}
+    if len(staged) != len(pipeline.sink.key) or staged != stored:
+        return False
+    sample = sql.SQL("SELECT count(*), count(*) FILTER (WHERE EXISTS (SELECT 1 FROM {sink} x WHERE {same})) FROM "
+                     "(SELECT {keys} {staged} LIMIT {n}) t").format(
+        sink=sink_table(pipeline), same=_same_key(pipeline, sql.SQL("x"), sql.SQL("t")),
+        keys=sql.SQL(", ").join(map(sql.Identifier, pipeline.sink.key)), staged=_staged(pipeline),
+        n=sql.Literal(SPLIT_SAMPLE))
+    cur.execute(sample, params)
+    rows, stored_rows = cur.fetchone()
+    return rows > 0 and stored_rows * 5 < rows
+
+
 def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: bool,
                  max_record_bytes: int | None = None) -> Moved:
     """Upsert the successful writers' staged rows into the sink and, in the same statement, write the output
@@ -362,7 +435,7 @@ def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: boo
     columns = batch_columns(cur, pipeline, batch)
     if not columns or not batch.writer_tags("sink"):
         return Moved(0, 0)
-    params: dict[str, object] = {"batch": batch.id, "writers": batch.writer_tags("sink")}
+    params: dict[str, object] = {"batch": batch.id, "writers": batch.writer_tags("sink"), "seq_base": 0}
     rows, out = _batch_rows(pipeline, columns, flagged=True)
     rows_unflagged, _ = _batch_rows(pipeline, columns)
     names = sql.SQL(", ").join(map(sql.Identifier, out))
@@ -381,8 +454,8 @@ def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: boo
             cur, sql.SQL("SELECT {} FROM {}").format(names, sink_table(pipeline)), params)
         outbox_columns = out
         # accumulate publishes the batch's deltas (every one of them is applied); replace the rows it stored.
-        outbox = sql.SQL("INSERT INTO {t} ({b}, {s}, {names}) SELECT %(batch)s, row_number() OVER (), {cols} "
-                         "FROM {published} c RETURNING 1").format(
+        outbox = sql.SQL("INSERT INTO {t} ({b}, {s}, {names}) SELECT %(batch)s, %(seq_base)s + row_number() OVER (), "
+                         "{cols} FROM {published} c RETURNING 1").format(
             t=ensure_outbox(cur, pipeline, published_types), b=sql.Identifier(BATCH_COLUMN),
             s=sql.Identifier(SEQ_COLUMN), names=names,
             published=sql.Identifier("batch_rows" if accumulate else "changed"),
@@ -401,23 +474,47 @@ def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: boo
     # The common case: a row failing a check raises, so the rows are read once, by the upsert.
     key = sql.SQL("concat_ws(', ', {})").format(sql.SQL(", ").join(
         sql.SQL("r.{}::text").format(sql.Identifier(k)) for k in pipeline.sink.key))
-    checked = rows_unflagged
-    if _ambiguity_flag(pipeline, columns) is not None:
-        checked = sql.SQL("SELECT {cols} FROM ({rows}) r WHERE CASE WHEN r.{flag} THEN eosbatch.refuse_row("
-                          "%(ambiguous)s, 'a key nothing orders', {key}) ELSE true END").format(
-            cols=sql.SQL(", ").join(sql.SQL("r.{}").format(sql.Identifier(c)) for c in out), rows=rows,
+
+    def checked(stored_keys: bool = False) -> sql.Composable:
+        unflagged = _batch_rows(pipeline, columns, stored_keys=stored_keys)[0]
+        if _ambiguity_flag(pipeline, columns) is None:
+            return unflagged
+        return sql.SQL("SELECT {cols} FROM ({rows}) r WHERE CASE WHEN r.{flag} THEN eosbatch.refuse_row("
+                       "%(ambiguous)s, 'a key nothing orders', {key}) ELSE true END").format(
+            cols=sql.SQL(", ").join(sql.SQL("r.{}").format(sql.Identifier(c)) for c in out),
+            rows=_batch_rows(pipeline, columns, flagged=True, stored_keys=stored_keys)[0],
             flag=sql.Identifier(AMBIGUOUS_COLUMN), key=key)
-    cur.execute("SAVEPOINT eosbatch_move")
-    try:
+
+    def move(rows_checked: sql.Composable, write: sql.Composable, seq_base: int = 0) -> tuple[int, int]:
         cur.execute(sql.SQL("WITH all_rows AS ({checked}), batch_rows AS (SELECT r.* FROM all_rows r WHERE CASE "
                             "WHEN {fits} THEN true ELSE eosbatch.refuse_row(%(too_big)s, 'an output record over "
-                            "the limit', {key}) END), changed AS ({upsert}), outboxed AS ({outbox}) "
+                            "the limit', {key}) END), changed AS ({write}), outboxed AS ({outbox}) "
                             "SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM outboxed)").format(
-            checked=checked, fits=fits, key=key, upsert=upsert, outbox=outbox),
-            {**params, "ambiguous": AMBIGUOUS_KEY, "too_big": RECORD_TOO_BIG})
-        sink_rows, outboxed = cur.fetchone()
+            checked=rows_checked, fits=fits, key=key, write=write, outbox=outbox),
+            {**params, "ambiguous": AMBIGUOUS_KEY, "too_big": RECORD_TOO_BIG, "seq_base": seq_base})
+        changed, outboxed = cur.fetchone()
+        return int(changed), int(outboxed)
+
+    split = _mostly_new_keys(cur, pipeline, params)
+    cur.execute("SAVEPOINT eosbatch_move")
+    try:
+        if split:
+            try:
+                # The stored keys' rows (few, when split pays), then the new keys' (all of the batch's rows
+                # pass the checks there). Under one savepoint: the fallback undoes both.
+                update = _update_stored(pipeline, columns, out, batch.kind)
+                updated = move(checked(stored_keys=True), update) if update is not None else (0, 0)
+                inserted = move(checked(), _insert_new(pipeline, out), seq_base=updated[1])
+                sink_rows, outboxed = updated[0] + inserted[0], updated[1] + inserted[1]
+            except psycopg2.errors.UniqueViolation:
+                # Another transaction (the other lane's commit, another writer) stored one of the keys
+                # meanwhile: the upsert settles that as it always did.
+                cur.execute("ROLLBACK TO SAVEPOINT eosbatch_move")
+                split = False
+        if not split:
+            sink_rows, outboxed = move(checked(), upsert)
         cur.execute("RELEASE SAVEPOINT eosbatch_move")
-        return Moved(int(sink_rows), int(outboxed) if output is not None else 0, 0, outbox_columns)
+        return Moved(sink_rows, outboxed if output is not None else 0, 0, outbox_columns)
     except psycopg2.Error as exc:
         if exc.pgcode not in (AMBIGUOUS_KEY, RECORD_TOO_BIG):
             raise
