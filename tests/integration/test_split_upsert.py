@@ -99,7 +99,8 @@ def test_the_split_is_chosen_only_for_a_sink_small_next_to_the_batch(settings, u
         with connection.cursor() as cur:
             batch = _prepare(cur, pipeline)
             assert sinks._split_pays(cur, pipeline, batch)
-            cur.execute(sql.SQL("INSERT INTO {} VALUES ('one more', 'stored', 0, 0)").format(sinks.sink_table(pipeline)))
+            cur.execute(sql.SQL("INSERT INTO {} VALUES ('one more', 'stored', 0, 0)").format(
+                sinks.sink_table(pipeline)))
             assert not sinks._split_pays(cur, pipeline, batch)
             # A batch staged by an older eosbatch (tags, no row counts): never.
             assert not sinks._split_pays(cur, pipeline, batch._replace(writers={"sink": ["w:1"]}))
