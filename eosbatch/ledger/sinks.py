@@ -205,19 +205,10 @@ def missing_staged(cur: Cursor, pipeline: Pipeline, batch: Batch) -> list[str]:
     return problems
 
 
-def _staged(pipeline: Pipeline, stored_keys: bool = False) -> sql.Composed:
-    """The batch's staged rows; `stored_keys`: only those whose key the sink holds already."""
-    staged = sql.SQL("FROM {} WHERE {} = %(batch)s AND {} = ANY(%(writers)s)").format(
+def _staged(pipeline: Pipeline) -> sql.Composed:
+    """The batch's staged rows."""
+    return sql.SQL("FROM {} WHERE {} = %(batch)s AND {} = ANY(%(writers)s)").format(
         stage_table(pipeline), sql.Identifier(BATCH_COLUMN), sql.Identifier(WRITER_COLUMN))
-    if not stored_keys:
-        return staged
-    return sql.SQL("{} AND EXISTS (SELECT 1 FROM {} x WHERE {})").format(
-        staged, sink_table(pipeline), _same_key(pipeline, sql.Identifier("x"), stage_table(pipeline)))
-
-
-def _same_key(pipeline: Pipeline, left: sql.Composable, right: sql.Composable) -> sql.Composed:
-    return sql.SQL(" AND ").join(sql.SQL("{}.{} = {}.{}").format(left, sql.Identifier(k), right, sql.Identifier(k))
-                                 for k in pipeline.sink.key)
 
 
 def _ambiguity_flag(pipeline: Pipeline, columns: list[str]) -> sql.Composable | None:
@@ -336,11 +327,10 @@ def bytewise_keys(cur: Cursor, pipeline: Pipeline) -> frozenset[str]:
     return frozenset(name for (name,) in cur.fetchall())
 
 
-def _batch_rows(pipeline: Pipeline, columns: list[str], flagged: bool = False, stored_keys: bool = False,
+def _batch_rows(pipeline: Pipeline, columns: list[str], flagged: bool = False,
                 bytewise: frozenset[str] = frozenset()) -> tuple[sql.Composed, list[str]]:
     """The batch's result rows, one per key: replace, the latest of each key; accumulate, the sums per key.
     `flagged` adds the boolean column AMBIGUOUS_COLUMN (see _ambiguity_flag; false where nothing can be).
-    `stored_keys`: only the keys the sink holds already (all of a key's rows or none, so the flag holds).
     `bytewise`: key columns sorted as bytes, the same order (see bytewise_keys)."""
     key_list = sql.SQL(", ").join(map(sql.Identifier, pipeline.sink.key))
     flag = _ambiguity_flag(pipeline, columns) if flagged else None
@@ -353,7 +343,7 @@ def _batch_rows(pipeline: Pipeline, columns: list[str], flagged: bool = False, s
         sums = sql.SQL(", ").join(sql.SQL("sum({c}) AS {c}").format(c=sql.Identifier(c))
                                   for c in pipeline.sink.accumulate)
         return sql.SQL("SELECT {}, {}{} {} GROUP BY {}").format(
-            key_list, sums, extra, _staged(pipeline, stored_keys), key_list), out
+            key_list, sums, extra, _staged(pipeline), key_list), out
     sort_keys = sql.SQL(", ").join(sql.SQL('{} COLLATE "C"' if k in bytewise else "{}").format(sql.Identifier(k))
                                    for k in pipeline.sink.key)
     order = sql.SQL(", ").join([sort_keys, *_in_batch_order(pipeline, columns)])
@@ -362,7 +352,7 @@ def _batch_rows(pipeline: Pipeline, columns: list[str], flagged: bool = False, s
         " WINDOW w AS (PARTITION BY {} ORDER BY {} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
     ).format(sort_keys, order)
     return sql.SQL("SELECT DISTINCT ON ({}) {}{} {}{} ORDER BY {}").format(
-        sort_keys, sql.SQL(", ").join(map(sql.Identifier, columns)), extra, _staged(pipeline, stored_keys), window,
+        sort_keys, sql.SQL(", ").join(map(sql.Identifier, columns)), extra, _staged(pipeline), window,
         order), columns
 
 
@@ -385,45 +375,25 @@ def _upsert(pipeline: Pipeline, columns: list[str], out: list[str], kind: BatchK
         sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in out))
 
 
-def _update_stored(pipeline: Pipeline, columns: list[str], out: list[str], kind: BatchKind) -> sql.Composed | None:
-    """The split upsert's first half (replace sinks): UPDATE the keys the sink holds where the batch's row
-    wins, as _upsert's DO UPDATE would; RETURNING the rows as stored. None: nothing to update (a key-only
-    sink, DO NOTHING)."""
-    others = [c for c in out if c not in pipeline.sink.key]
-    if not others:
-        return None
-    return sql.SQL("UPDATE {} AS s SET {} FROM batch_rows b WHERE {} AND {} RETURNING {}").format(
-        sink_table(pipeline), sql.SQL(", ").join(sql.SQL("{c} = b.{c}").format(c=sql.Identifier(c)) for c in others),
-        _same_key(pipeline, sql.SQL("s"), sql.SQL("b")), _new_row_wins(pipeline, columns, kind, new="b"),
-        sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in out))
-
-
-def _insert_new(pipeline: Pipeline, out: list[str]) -> sql.Composed:
-    """The split upsert's second half: a plain INSERT of the keys the sink does not hold."""
+def _insert(pipeline: Pipeline, out: list[str]) -> sql.Composed:
+    """A plain INSERT of the batch's rows, for an empty sink (see _insert_pays)."""
     names = sql.SQL(", ").join(map(sql.Identifier, out))
-    return sql.SQL("INSERT INTO {t} AS s ({n}) SELECT {n} FROM batch_rows r WHERE NOT EXISTS (SELECT 1 FROM {t} x "
-                   "WHERE {k}) RETURNING {r}").format(
-        t=sink_table(pipeline), n=names, k=_same_key(pipeline, sql.SQL("x"), sql.SQL("r")),
-        r=sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in out))
+    return sql.SQL("INSERT INTO {} AS s ({}) SELECT {} FROM batch_rows RETURNING {}").format(
+        sink_table(pipeline), names, names, sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in out))
 
 
-SPLIT_SINK_SHARE = 20  # the split upsert only into a sink of at most 1/20 as many rows as the batch stages
-
-
-def _split_pays(cur: Cursor, pipeline: Pipeline, batch: Batch) -> bool:
-    """Whether to split the upsert: a replace sink, keys compared alike in staging and the sink (same types
-    and collations: one row per key in the batch is one row per key in the sink's unique index), and a sink
-    holding at most 1/SPLIT_SINK_SHARE as many rows as the batch staged (a first load, a backfill into a new
-    table).
+def _insert_pays(cur: Cursor, pipeline: Pipeline) -> bool:
+    """Whether to write the batch by a plain INSERT instead of the upsert: a replace sink that holds no row
+    yet (a first load, a backfill into a new table), and keys compared alike in staging and the sink (same
+    types and collations: one row per key in the batch is one row per key in the sink's unique index).
 
     INSERT ... ON CONFLICT pays a speculative insertion per new row (a lock taken and released, one more WAL
-    record): 454,000 new keys into an empty sink took 2.9-3.0 s, against 2.2-2.3 s as an UPDATE of the stored
-    keys then a plain INSERT of the others. But the split looks every key up twice (the UPDATE's EXISTS, the
-    INSERT's NOT EXISTS), which an empty or small index answers for nothing and a large one does not: 485,000
-    keys (6 % of them stored) into 454,000 rows took 4.6-5.3 s split, 4.2-4.3 s as the upsert. So the sink's
-    size decides, counted up to the bound (no estimate: a sink just loaded has none)."""
-    counts = batch.writer_counts("sink")
-    if pipeline.sink.mode != "replace" or not counts:
+    record): 454,000 new keys into an empty sink took 2.9-3.0 s, a plain INSERT 2.2-2.3 s. Into a sink that
+    holds rows, the stored keys would have to be looked up first: an UPDATE of them then an INSERT of the
+    others looked every key up twice (485,000 keys into 454,000 rows: 4.6-5.3 s, the upsert 4.2-4.3 s), and
+    that lookup is a join the planner may run as a scan of the sink per row when neither table has
+    statistics yet (a sink just created, staging just loaded): it once ran for 25 minutes."""
+    if pipeline.sink.mode != "replace":
         return False
     cur.execute("SELECT a.attrelid = %(stage)s::regclass, a.attname, format_type(a.atttypid, a.atttypmod), "
                 "a.attcollation FROM pg_attribute a WHERE a.attrelid IN (%(stage)s::regclass, %(sink)s::regclass) "
@@ -435,10 +405,8 @@ def _split_pays(cur: Cursor, pipeline: Pipeline, batch: Batch) -> bool:
     stored = {name: rest for in_stage, name, *rest in found if not in_stage}
     if len(staged) != len(pipeline.sink.key) or staged != stored:
         return False
-    bound = sum(counts.values()) // SPLIT_SINK_SHARE
-    cur.execute(sql.SQL("SELECT count(*) FROM (SELECT FROM {} LIMIT %s) t").format(sink_table(pipeline)),
-                (bound + 1,))
-    return cur.fetchone()[0] <= bound
+    cur.execute(sql.SQL("SELECT NOT EXISTS (SELECT FROM {})").format(sink_table(pipeline)))
+    return bool(cur.fetchone()[0])
 
 
 def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: bool,
@@ -457,7 +425,7 @@ def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: boo
     columns = batch_columns(cur, pipeline, batch)
     if not columns or not batch.writer_tags("sink"):
         return Moved(0, 0)
-    params: dict[str, object] = {"batch": batch.id, "writers": batch.writer_tags("sink"), "seq_base": 0}
+    params: dict[str, object] = {"batch": batch.id, "writers": batch.writer_tags("sink")}
     bytewise = bytewise_keys(cur, pipeline)
     rows, out = _batch_rows(pipeline, columns, flagged=True, bytewise=bytewise)
     rows_unflagged, _ = _batch_rows(pipeline, columns, bytewise=bytewise)
@@ -477,7 +445,7 @@ def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: boo
             cur, sql.SQL("SELECT {} FROM {}").format(names, sink_table(pipeline)), params)
         outbox_columns = out
         # accumulate publishes the batch's deltas (every one of them is applied); replace the rows it stored.
-        outbox = sql.SQL("INSERT INTO {t} ({b}, {s}, {names}) SELECT %(batch)s, %(seq_base)s + row_number() OVER (), "
+        outbox = sql.SQL("INSERT INTO {t} ({b}, {s}, {names}) SELECT %(batch)s, row_number() OVER (), "
                          "{cols} FROM {published} c RETURNING 1").format(
             t=ensure_outbox(cur, pipeline, published_types), b=sql.Identifier(BATCH_COLUMN),
             s=sql.Identifier(SEQ_COLUMN), names=names,
@@ -498,44 +466,35 @@ def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: boo
     key = sql.SQL("concat_ws(', ', {})").format(sql.SQL(", ").join(
         sql.SQL("r.{}::text").format(sql.Identifier(k)) for k in pipeline.sink.key))
 
-    def checked(stored_keys: bool = False) -> sql.Composable:
-        unflagged = _batch_rows(pipeline, columns, stored_keys=stored_keys, bytewise=bytewise)[0]
-        if _ambiguity_flag(pipeline, columns) is None:
-            return unflagged
-        return sql.SQL("SELECT {cols} FROM ({rows}) r WHERE CASE WHEN r.{flag} THEN eosbatch.refuse_row("
-                       "%(ambiguous)s, 'a key nothing orders', {key}) ELSE true END").format(
-            cols=sql.SQL(", ").join(sql.SQL("r.{}").format(sql.Identifier(c)) for c in out),
-            rows=_batch_rows(pipeline, columns, flagged=True, stored_keys=stored_keys, bytewise=bytewise)[0],
+    checked = rows_unflagged if _ambiguity_flag(pipeline, columns) is None else sql.SQL(
+        "SELECT {cols} FROM ({rows}) r WHERE CASE WHEN r.{flag} THEN eosbatch.refuse_row(%(ambiguous)s, 'a key nothing "
+        "orders', {key}) ELSE true END").format(
+            cols=sql.SQL(", ").join(sql.SQL("r.{}").format(sql.Identifier(c)) for c in out), rows=rows,
             flag=sql.Identifier(AMBIGUOUS_COLUMN), key=key)
 
-    def move(rows_checked: sql.Composable, write: sql.Composable, seq_base: int = 0) -> tuple[int, int]:
+    def move(write: sql.Composable) -> tuple[int, int]:
         cur.execute(sql.SQL("WITH all_rows AS ({checked}), batch_rows AS (SELECT r.* FROM all_rows r WHERE CASE "
                             "WHEN {fits} THEN true ELSE eosbatch.refuse_row(%(too_big)s, 'an output record over "
                             "the limit', {key}) END), changed AS ({write}), outboxed AS ({outbox}) "
                             "SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM outboxed)").format(
-            checked=rows_checked, fits=fits, key=key, write=write, outbox=outbox),
-            {**params, "ambiguous": AMBIGUOUS_KEY, "too_big": RECORD_TOO_BIG, "seq_base": seq_base})
+            checked=checked, fits=fits, key=key, write=write, outbox=outbox),
+            {**params, "ambiguous": AMBIGUOUS_KEY, "too_big": RECORD_TOO_BIG})
         changed, outboxed = cur.fetchone()
         return int(changed), int(outboxed)
 
-    split = _split_pays(cur, pipeline, batch)
+    insert = _insert_pays(cur, pipeline)
     cur.execute("SAVEPOINT eosbatch_move")
     try:
-        if split:
+        if insert:
             try:
-                # The stored keys' rows (few, when the split pays), then the new keys' (all of the batch's rows
-                # pass the checks there). Under one savepoint: the fallback undoes both.
-                update = _update_stored(pipeline, columns, out, batch.kind)
-                updated = move(checked(stored_keys=True), update) if update is not None else (0, 0)
-                inserted = move(checked(), _insert_new(pipeline, out), seq_base=updated[1])
-                sink_rows, outboxed = updated[0] + inserted[0], updated[1] + inserted[1]
+                sink_rows, outboxed = move(_insert(pipeline, out))
             except psycopg2.errors.UniqueViolation:
-                # Another transaction (the other lane's commit, another writer) stored one of the keys
-                # meanwhile: the upsert settles that as it always did.
+                # Another transaction (a writer outside eosbatch) stored one of the keys meanwhile: the upsert
+                # settles that as it always did.
                 cur.execute("ROLLBACK TO SAVEPOINT eosbatch_move")
-                split = False
-        if not split:
-            sink_rows, outboxed = move(checked(), upsert)
+                insert = False
+        if not insert:
+            sink_rows, outboxed = move(upsert)
         cur.execute("RELEASE SAVEPOINT eosbatch_move")
         return Moved(sink_rows, outboxed if output is not None else 0, 0, outbox_columns)
     except psycopg2.Error as exc:

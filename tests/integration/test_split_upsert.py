@@ -1,7 +1,6 @@
-"""The commit's two forms of the upsert into a replace sink: INSERT ... ON CONFLICT, or (a sink small next to the
-batch) an UPDATE of the stored keys then a plain INSERT of the others. Both must leave the same sink and the
-same outbox, and a key another transaction stores or changes meanwhile must neither fail the commit nor lose the
-batch's row (the split falls back to the upsert)."""
+"""The commit's two ways to write a replace sink: INSERT ... ON CONFLICT, or into an empty sink a plain INSERT.
+Both must leave the same sink and the same outbox, and a key another transaction stores meanwhile must neither
+fail the commit nor lose the batch's row (the plain INSERT falls back to the upsert)."""
 
 from __future__ import annotations
 
@@ -19,13 +18,9 @@ pytestmark = [pytest.mark.integration]
 
 COLUMNS = [sinks.Column("k", "text"), sinks.Column("v", "text"), sinks.Column("partition", "integer"),
            sinks.Column("offset", "bigint")]
-NEW_KEYS = 60  # 65 staged rows: a sink of 3 rows is small enough for the split (at most 1/20)
-# Stored before the batch: one its row beats (same partition, later), one it does not (same partition, earlier),
-# one it beats from another partition (a regular batch is later).
-STORED = [("later", "stored", 2, 100), ("stale", "stored, stays", 1, 500), ("moved", "stored", 3, 10)]
-STAGED = [("later", "batch", 2, 200), ("stale", "batch, older", 1, 400), ("moved", "batch", 0, 5),
-          ("twice", "first", 0, 1), ("twice", "second", 0, 2),  # repeated in one partition: the later one
-          *[(f"n{i}", f"new {i}", i % 4, 1000 + i) for i in range(NEW_KEYS)]]
+NEW_KEYS = 30
+STAGED = [("later", "first", 2, 100), ("later", "batch", 2, 200),  # repeated in one partition: the later one
+          ("moved", "batch", 0, 5), *[(f"n{i}", f"new {i}", i % 4, 1000 + i) for i in range(NEW_KEYS)]]
 
 
 def _pipeline(unique: str) -> Pipeline:
@@ -34,13 +29,11 @@ def _pipeline(unique: str) -> Pipeline:
                     output=KafkaOutput(topic=f"split_out_{unique}", key="k"))
 
 
-def _prepare(cur, pipeline: Pipeline, stored: list[tuple] = STORED) -> store.Batch:
-    """Sink and staging tables, the stored rows, the batch's staged rows; the batch as the commit sees it."""
+def _prepare(cur, pipeline: Pipeline) -> store.Batch:
+    """Sink and staging tables and the batch's staged rows; the batch as the commit sees it."""
     sinks.ensure_tables(cur, pipeline, COLUMNS)
     store.lock_pipeline(cur, pipeline.name)
     batch = store.create_batch(cur, pipeline.name, "regular", 0, [], "g")
-    for row in stored:
-        cur.execute(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %s)").format(sinks.sink_table(pipeline)), row)
     for row in STAGED:
         cur.execute(sql.SQL("INSERT INTO {} VALUES (%s, 'w:1', %s, %s, %s, %s)").format(sinks.stage_table(pipeline)),
                     (batch.id, *row))
@@ -60,20 +53,19 @@ def _drop(settings, pipeline: Pipeline) -> None:
             sinks.sink_table(pipeline), sinks.stage_table(pipeline), sinks.outbox_table(pipeline)))
 
 
-def test_both_forms_of_the_upsert_leave_the_same_sink_and_outbox(settings, unique, monkeypatch) -> None:
+def test_both_forms_leave_the_same_sink_and_outbox(settings, unique, monkeypatch) -> None:
     pipeline = _pipeline(unique)
     results = {}
     try:
-        for split in (True, False):
+        for insert in (True, False):
             connection = psycopg2.connect(settings.psycopg_dsn)
             try:
                 with connection.cursor() as cur:
                     batch = _prepare(cur, pipeline)
-                    # The sample sees mostly new keys: the commit would choose the split by itself.
-                    assert sinks._split_pays(cur, pipeline, batch)
-                    monkeypatch.setattr(sinks, "_split_pays", lambda *_, chosen=split: chosen)
+                    assert sinks._insert_pays(cur, pipeline)  # the commit would choose the INSERT by itself
+                    monkeypatch.setattr(sinks, "_insert_pays", lambda *_, chosen=insert: chosen)
                     moved = sinks.move_to_sink(cur, pipeline, batch, with_outbox=True, max_record_bytes=1_000_000)
-                    results[split] = (moved, *_after(cur, pipeline, batch))
+                    results[insert] = (moved, *_after(cur, pipeline, batch))
             finally:
                 connection.rollback()
                 connection.close()
@@ -82,63 +74,45 @@ def test_both_forms_of_the_upsert_leave_the_same_sink_and_outbox(settings, uniqu
     moved, stored, outbox = results[True]
     assert results[False] == results[True]
     assert stored["later"] == ["batch", 2, 200] and stored["moved"] == ["batch", 0, 5]
-    assert stored["stale"] == ["stored, stays", 1, 500] and stored["twice"] == ["second", 0, 2]
-    assert len(stored) == 4 + NEW_KEYS
-    # Everything but the stale row went in and out; each outbox record once, numbered 1..n.
-    assert moved.sink_rows == moved.outbox == 3 + NEW_KEYS
-    assert sorted(int(seq) for seq, *_ in outbox) == list(range(1, 4 + NEW_KEYS))
-    assert {key for _, key, *_ in outbox} == set(stored) - {"stale"}
+    assert len(stored) == 2 + NEW_KEYS
+    # Each outbox record once, numbered 1..n.
+    assert moved.sink_rows == moved.outbox == 2 + NEW_KEYS
+    assert sorted(int(seq) for seq, *_ in outbox) == list(range(1, 3 + NEW_KEYS))
+    assert {key for _, key, *_ in outbox} == set(stored)
 
 
-def test_the_split_is_chosen_only_for_a_sink_small_next_to_the_batch(settings, unique) -> None:
-    """Each key is looked up twice by the split, which only an index small next to the batch answers for
-    nothing: one row more than a twentieth of the staged rows and the commit takes the upsert."""
+def test_the_plain_insert_is_chosen_only_for_an_empty_sink(settings, unique) -> None:
+    """Into a sink that holds rows the stored keys would have to be looked up: the commit takes the upsert."""
     pipeline = _pipeline(unique)
     connection = psycopg2.connect(settings.psycopg_dsn)
     try:
         with connection.cursor() as cur:
-            batch = _prepare(cur, pipeline)
-            assert sinks._split_pays(cur, pipeline, batch)
-            cur.execute(sql.SQL("INSERT INTO {} VALUES ('one more', 'stored', 0, 0)").format(
-                sinks.sink_table(pipeline)))
-            assert not sinks._split_pays(cur, pipeline, batch)
-            # A batch staged by an older eosbatch (tags, no row counts): never.
-            assert not sinks._split_pays(cur, pipeline, batch._replace(writers={"sink": ["w:1"]}))
+            _prepare(cur, pipeline)
+            assert sinks._insert_pays(cur, pipeline)
+            cur.execute(sql.SQL("INSERT INTO {} VALUES ('stored', 'v', 0, 0)").format(sinks.sink_table(pipeline)))
+            assert not sinks._insert_pays(cur, pipeline)
     finally:
         connection.rollback()
         connection.close()
         _drop(settings, pipeline)
 
 
-# What another transaction does, uncommitted, before the commit's statement; committed while the statement
-# waits for it. Either way the batch's row is the later one and must be in the sink and the outbox.
-MEANWHILE = {
-    # the split's INSERT meets a new key stored meanwhile: a unique violation
-    "stores a new key": ("INSERT INTO {} VALUES ('n7', 'another writer', 3, 1)", "n7", ["new 7", 3, 1007]),
-    # the split's UPDATE finds the stored row changed (a new ctid): it skips it, the count tells
-    "changes a stored row": ("UPDATE {} SET v = 'another writer', \"offset\" = 150 WHERE k = 'later'", "later",
-                             ["batch", 2, 200]),
-}
-
-
-@pytest.mark.parametrize("meanwhile", sorted(MEANWHILE))
-def test_a_key_another_transaction_writes_meanwhile_falls_back_to_the_upsert(settings, unique, meanwhile) -> None:
-    """Another transaction writes a key after the split's lookup and commits while the commit's statement
-    waits on that key: the commit must not fail, and the upsert that runs instead keeps the batch's row."""
-    statement, key, expected = MEANWHILE[meanwhile]
+def test_a_key_another_transaction_stores_meanwhile_falls_back_to_the_upsert(settings, unique) -> None:
+    """Another transaction stores a key after the commit found the sink empty and commits while the commit's
+    INSERT waits on that key: a unique violation, which must not fail the commit. The upsert runs instead,
+    and the batch's row (from another partition, a later batch) wins there."""
     pipeline = _pipeline(unique)
     connection = psycopg2.connect(settings.psycopg_dsn)
     other = psycopg2.connect(settings.psycopg_dsn)
     try:
         with store.transaction(settings) as cur:
             sinks.ensure_tables(cur, pipeline, COLUMNS)  # committed, so the other transaction can write the sink
-            cur.execute(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %s)").format(sinks.sink_table(pipeline)),
-                        STORED[0])
-        with other.cursor() as cursor:  # not committed yet: the commit's sample and statements do not see it
-            cursor.execute(sql.SQL(statement).format(sinks.sink_table(pipeline)))
+        with other.cursor() as cursor:  # not committed yet: the commit's check and statement do not see it
+            cursor.execute(sql.SQL("INSERT INTO {} VALUES ('n7', 'another writer', 3, 1)").format(
+                sinks.sink_table(pipeline)))
         with connection.cursor() as cur:
-            batch = _prepare(cur, pipeline, stored=STORED[1:])
-            assert sinks._split_pays(cur, pipeline, batch)
+            batch = _prepare(cur, pipeline)
+            assert sinks._insert_pays(cur, pipeline)
             cur.execute("SELECT pg_backend_pid()")
             pid = cur.fetchone()[0]
 
@@ -147,7 +121,7 @@ def test_a_key_another_transaction_writes_meanwhile_falls_back_to_the_upsert(set
                 with psycopg2.connect(settings.psycopg_dsn) as watcher, watcher.cursor() as look:
                     while time.monotonic() < deadline:
                         look.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
-                        if look.fetchone()[0] == "Lock":  # the statement waits for the other's row
+                        if look.fetchone()[0] == "Lock":  # the INSERT waits for the other's n7
                             break
                         watcher.rollback()
                         time.sleep(0.05)
@@ -158,10 +132,10 @@ def test_a_key_another_transaction_writes_meanwhile_falls_back_to_the_upsert(set
             moved = sinks.move_to_sink(cur, pipeline, batch, with_outbox=True, max_record_bytes=1_000_000)
             releaser.join()
             stored, outbox = _after(cur, pipeline, batch)
-        assert stored[key] == expected  # the batch's row
-        assert key in {k for _, k, *_ in outbox}
-        assert moved.sink_rows == moved.outbox == 3 + NEW_KEYS
-        assert sorted(int(seq) for seq, *_ in outbox) == list(range(1, 4 + NEW_KEYS))
+        assert stored["n7"] == ["new 7", 3, 1007]  # the batch's row
+        assert "n7" in {k for _, k, *_ in outbox}
+        assert moved.sink_rows == moved.outbox == 2 + NEW_KEYS
+        assert sorted(int(seq) for seq, *_ in outbox) == list(range(1, 3 + NEW_KEYS))
     finally:
         connection.rollback()
         connection.close()
