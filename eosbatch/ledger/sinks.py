@@ -13,7 +13,7 @@ import psycopg2.errors
 from psycopg2 import sql
 
 from eosbatch.ledger.exceptions import SinkError
-from eosbatch.ledger.store import OPEN_BATCH_IDS, Batch, Cursor, table_exists
+from eosbatch.ledger.store import OPEN_BATCH_IDS, Batch, Cursor, open_batch_params, table_exists
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol.states import BatchKind, lane
 
@@ -152,7 +152,7 @@ def _open_batches_use(cur: Cursor, pipeline: Pipeline, table: sql.Identifier, co
     published batch's rows may wait there for a TRUNCATE: store.delete_batch_rows)."""
     cur.execute(sql.SQL(f"SELECT EXISTS (SELECT 1 FROM {{}} WHERE {{}} IS NOT NULL AND {{}} = ANY("  # noqa: S608
                         f"{OPEN_BATCH_IDS}))").format(table, sql.Identifier(column), sql.Identifier(BATCH_COLUMN)),
-                {"pipeline": pipeline.name})
+                open_batch_params(pipeline.name))
     return bool(cur.fetchone()[0])
 
 
@@ -269,33 +269,31 @@ def _in_batch_order(pipeline: Pipeline, columns: list[str]) -> list[sql.Composab
     return order
 
 
-def _position_wins(columns: list[str], kind: BatchKind, new: str = "EXCLUDED") -> sql.Composable:
+def _position_wins(columns: list[str], kind: BatchKind) -> sql.Composable:
     """Without an order_by: the higher offset of the same partition wins; across partitions a regular batch
     (a later commit) wins, while a backfill or replay only beats a lower offset of the same partition (it
     carries older data); a reprocess re-asserts its own positions."""
     position = position_columns(columns)
     if not position:
         return sql.SQL("true" if lane(kind) == "regular" or kind == "reprocess" else "false")
-    same_source = sql.SQL(" AND ").join(sql.SQL("s.{c} IS NOT DISTINCT FROM {n}.{c}").format(
-        c=sql.Identifier(c), n=sql.SQL(new)) for c in position[:-1])
-    later = sql.SQL("{n}.{o} {op} s.{o}").format(o=sql.Identifier("offset"), n=sql.SQL(new),
-                                                op=sql.SQL(">=" if kind == "reprocess" else ">"))
+    same_source = sql.SQL(" AND ").join(sql.SQL("s.{c} IS NOT DISTINCT FROM EXCLUDED.{c}").format(c=sql.Identifier(c))
+                                        for c in position[:-1])
+    later = sql.SQL("EXCLUDED.{o} {op} s.{o}").format(o=sql.Identifier("offset"),
+                                                     op=sql.SQL(">=" if kind == "reprocess" else ">"))
     if lane(kind) == "regular":
         return sql.SQL("(NOT ({}) OR {})").format(same_source, later)
     return sql.SQL("({} AND {})").format(same_source, later)
 
 
-def _new_row_wins(pipeline: Pipeline, columns: list[str], kind: BatchKind, new: str = "EXCLUDED"
-                  ) -> sql.Composable:
-    """The DO UPDATE condition (the stored row is `s`, the batch's `new`): with order_by the highest value
+def _new_row_wins(pipeline: Pipeline, columns: list[str], kind: BatchKind) -> sql.Composable:
+    """The DO UPDATE condition (the stored row is `s`, the batch's EXCLUDED): with order_by the highest value
     wins and NULL never beats a value (so a stored NULL never freezes a key); equal values fall to the
     position rule."""
-    condition = _position_wins(columns, kind, new)
+    condition = _position_wins(columns, kind)
     for column in reversed(pipeline.sink.order_by):
         c = sql.Identifier(column)
-        condition = sql.SQL("((s.{c} IS NULL AND {n}.{c} IS NOT NULL) OR {n}.{c} > s.{c} "
-                            "OR (s.{c} IS NOT DISTINCT FROM {n}.{c} AND {rest}))").format(
-            c=c, n=sql.SQL(new), rest=condition)
+        condition = sql.SQL("((s.{c} IS NULL AND EXCLUDED.{c} IS NOT NULL) OR EXCLUDED.{c} > s.{c} "
+                            "OR (s.{c} IS NOT DISTINCT FROM EXCLUDED.{c} AND {rest}))").format(c=c, rest=condition)
     return condition
 
 
@@ -312,26 +310,54 @@ class Moved(NamedTuple):
 BYTE_ORDER_LOCALES = ("C", "POSIX", "C.UTF-8", "C.utf8")
 
 
-def bytewise_keys(cur: Cursor, pipeline: Pipeline) -> frozenset[str]:
-    """The staged key columns that sort the same as bytes (COLLATE "C"): text types whose collation is a
-    libc locale of byte order. Sorted under such a locale, each comparison is still a strcoll() and
-    PostgreSQL abbreviates no keys: 500,000 keys took 0.47-0.58 s to sort under C.UTF-8, 0.23 s as bytes.
-    Same order, same groups (such a collation calls strings equal only when their bytes are), and the
-    rows still reach the sink's index in its order; under any other collation nothing changes."""
-    cur.execute("SELECT a.attname FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation "
-                "WHERE a.attrelid = %s::regclass AND a.attname = ANY(%s) AND NOT a.attisdropped "
-                "AND a.atttypid IN ('text'::regtype, 'varchar'::regtype, 'bpchar'::regtype) "
-                "AND c.collisdeterministic AND CASE WHEN c.collname = 'default' THEN (SELECT d.datcollate FROM "
-                "pg_database d WHERE d.datname = current_database()) ELSE c.collcollate END = ANY(%s)",
-                (stage_table(pipeline).as_string(cur.connection), list(pipeline.sink.key), list(BYTE_ORDER_LOCALES)))
-    return frozenset(name for (name,) in cur.fetchall())
+class KeyColumn(NamedTuple):
+    type: str        # format_type(): the type with its modifier
+    collation: int   # the column's collation (oid; 0 for types without one)
+    bytewise: bool   # a text type whose collation is a deterministic libc locale of byte order
+
+
+class KeyColumns(NamedTuple):
+    """The sink key's columns as staging and the sink declare them (name -> KeyColumn)."""
+    staged: dict[str, KeyColumn]
+    stored: dict[str, KeyColumn]
+
+    @property
+    def bytewise(self) -> frozenset[str]:
+        """The staged key columns that sort the same as bytes (COLLATE "C"). Sorted under such a locale,
+        each comparison is still a strcoll() and PostgreSQL abbreviates no keys: 500,000 keys took
+        0.47-0.58 s to sort under C.UTF-8, 0.23 s as bytes. Same order, same groups (such a collation calls
+        strings equal only when their bytes are), and the rows still reach the sink's index in its order;
+        under any other collation nothing changes."""
+        return frozenset(name for name, column in self.staged.items() if column.bytewise)
+
+    def alike(self, key: tuple[str, ...]) -> bool:
+        """Whether staging and the sink both have every column of `key` with the same types and collations:
+        one row per key in the batch is then one row per key in the sink's unique index."""
+        return len(self.staged) == len(key) and self.staged == self.stored
+
+
+def key_columns(cur: Cursor, pipeline: Pipeline) -> KeyColumns:
+    """The key columns of the pipeline's staging table and sink (none of a table that does not exist yet),
+    read in one query."""
+    cur.execute("SELECT a.attrelid = to_regclass(%(stage)s), a.attname, format_type(a.atttypid, a.atttypmod), "
+                "a.attcollation::int, COALESCE(a.atttypid IN ('text'::regtype, 'varchar'::regtype, "
+                "'bpchar'::regtype) AND c.collisdeterministic AND CASE WHEN c.collname = 'default' THEN "
+                "(SELECT d.datcollate FROM pg_database d WHERE d.datname = current_database()) ELSE c.collcollate "
+                "END = ANY(%(locales)s), false) FROM pg_attribute a LEFT JOIN pg_collation c ON c.oid = a.attcollation "
+                "WHERE a.attrelid IN (to_regclass(%(stage)s), to_regclass(%(sink)s)) AND a.attname = ANY(%(key)s) "
+                "AND NOT a.attisdropped",
+                {"stage": stage_table(pipeline).as_string(cur.connection), "key": list(pipeline.sink.key),
+                 "sink": sink_table(pipeline).as_string(cur.connection), "locales": list(BYTE_ORDER_LOCALES)})
+    found = cur.fetchall()
+    return KeyColumns({name: KeyColumn(*rest) for in_stage, name, *rest in found if in_stage},
+                      {name: KeyColumn(*rest) for in_stage, name, *rest in found if not in_stage})
 
 
 def _batch_rows(pipeline: Pipeline, columns: list[str], flagged: bool = False,
                 bytewise: frozenset[str] = frozenset()) -> tuple[sql.Composed, list[str]]:
     """The batch's result rows, one per key: replace, the latest of each key; accumulate, the sums per key.
     `flagged` adds the boolean column AMBIGUOUS_COLUMN (see _ambiguity_flag; false where nothing can be).
-    `bytewise`: key columns sorted as bytes, the same order (see bytewise_keys)."""
+    `bytewise`: key columns sorted as bytes, the same order (see KeyColumns.bytewise)."""
     key_list = sql.SQL(", ").join(map(sql.Identifier, pipeline.sink.key))
     flag = _ambiguity_flag(pipeline, columns) if flagged else None
     extra = sql.SQL("")
@@ -382,7 +408,7 @@ def _insert(pipeline: Pipeline, out: list[str]) -> sql.Composed:
         sink_table(pipeline), names, names, sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in out))
 
 
-def _insert_pays(cur: Cursor, pipeline: Pipeline) -> bool:
+def _insert_pays(cur: Cursor, pipeline: Pipeline, keys: KeyColumns) -> bool:
     """Whether to write the batch by a plain INSERT instead of the upsert: a replace sink that holds no row
     yet (a first load, a backfill into a new table), and keys compared alike in staging and the sink (same
     types and collations: one row per key in the batch is one row per key in the sink's unique index).
@@ -393,17 +419,7 @@ def _insert_pays(cur: Cursor, pipeline: Pipeline) -> bool:
     others looked every key up twice (485,000 keys into 454,000 rows: 4.6-5.3 s, the upsert 4.2-4.3 s), and
     that lookup is a join the planner may run as a scan of the sink per row when neither table has
     statistics yet (a sink just created, staging just loaded): it once ran for 25 minutes."""
-    if pipeline.sink.mode != "replace":
-        return False
-    cur.execute("SELECT a.attrelid = %(stage)s::regclass, a.attname, format_type(a.atttypid, a.atttypmod), "
-                "a.attcollation FROM pg_attribute a WHERE a.attrelid IN (%(stage)s::regclass, %(sink)s::regclass) "
-                "AND a.attname = ANY(%(key)s) AND NOT a.attisdropped",
-                {"stage": stage_table(pipeline).as_string(cur.connection), "key": list(pipeline.sink.key),
-                 "sink": sink_table(pipeline).as_string(cur.connection)})
-    found = cur.fetchall()
-    staged = {name: rest for in_stage, name, *rest in found if in_stage}
-    stored = {name: rest for in_stage, name, *rest in found if not in_stage}
-    if len(staged) != len(pipeline.sink.key) or staged != stored:
+    if pipeline.sink.mode != "replace" or not keys.alike(pipeline.sink.key):
         return False
     cur.execute(sql.SQL("SELECT NOT EXISTS (SELECT FROM {})").format(sink_table(pipeline)))
     return bool(cur.fetchone()[0])
@@ -426,9 +442,9 @@ def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: boo
     if not columns or not batch.writer_tags("sink"):
         return Moved(0, 0)
     params: dict[str, object] = {"batch": batch.id, "writers": batch.writer_tags("sink")}
-    bytewise = bytewise_keys(cur, pipeline)
-    rows, out = _batch_rows(pipeline, columns, flagged=True, bytewise=bytewise)
-    rows_unflagged, _ = _batch_rows(pipeline, columns, bytewise=bytewise)
+    keys = key_columns(cur, pipeline)
+    rows, out = _batch_rows(pipeline, columns, flagged=True, bytewise=keys.bytewise)
+    rows_unflagged, _ = _batch_rows(pipeline, columns, bytewise=keys.bytewise)
     names = sql.SQL(", ").join(map(sql.Identifier, out))
     accumulate = pipeline.sink.mode == "accumulate"
     output = pipeline.output if with_outbox else None
@@ -482,7 +498,7 @@ def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: boo
         changed, outboxed = cur.fetchone()
         return int(changed), int(outboxed)
 
-    insert = _insert_pays(cur, pipeline)
+    insert = _insert_pays(cur, pipeline, keys)
     cur.execute("SAVEPOINT eosbatch_move")
     try:
         if insert:

@@ -21,7 +21,7 @@ from eosbatch.ledger.exceptions import BatchNotFound, LedgerSchemaMissing, Ledge
 from eosbatch.protocol.lease import Lease
 from eosbatch.protocol.ranges import OffsetRange, TopicPartition
 from eosbatch.protocol.sources import Incarnation, Reset, SourceTopic, TopicReset
-from eosbatch.protocol.states import BatchKind, BatchState, Lane, check_transition, claims_coverage, lane
+from eosbatch.protocol.states import OPEN_STATES, BatchKind, BatchState, Lane, check_transition, claims_coverage, lane
 
 # Each lane's epoch column; fixed names, never input.
 _EPOCH_COLUMN: dict[Lane, str] = {"regular": "epoch", "backfill": "backfill_epoch"}
@@ -356,8 +356,7 @@ def get_batch(cur: Cursor, batch_id: int, lock: bool = False) -> Batch:
 
 def open_batches(cur: Cursor, pipeline: str, in_lane: Lane | None = None) -> list[Batch]:
     """Unfinished batches (planned, staged, committed), of one lane or of both."""
-    found = _batches(cur, "pipeline = %s AND state IN ('planned', 'staged', 'committed') ORDER BY id",
-                     (pipeline,))
+    found = _batches(cur, "pipeline = %s AND state = ANY(%s) ORDER BY id", (pipeline, sorted(OPEN_STATES)))
     return [b for b in found if in_lane is None or lane(b.kind) == in_lane]
 
 
@@ -641,8 +640,13 @@ def delete_outbox(cur: Cursor, batch: Batch, typed_outbox: Any) -> None:
 
 
 # The open batches of a pipeline: only their rows must stay in its staging table and typed outbox.
+# Its parameters: open_batch_params().
 OPEN_BATCH_IDS = ("ARRAY(SELECT id FROM eosbatch.batches WHERE pipeline = %(pipeline)s "
-                  "AND state IN ('planned', 'staged', 'committed'))")
+                  "AND state = ANY(%(open_states)s))")
+
+
+def open_batch_params(pipeline: str) -> dict[str, object]:
+    return {"pipeline": pipeline, "open_states": sorted(OPEN_STATES)}
 
 # Per table, the one published batch whose rows this process left for a later TRUNCATE (delete_batch_rows).
 _left_lock = threading.Lock()
@@ -677,7 +681,7 @@ def delete_batch_rows(cur: Cursor, table: Any, column: str, batch_id: int, pipel
                 table, sql.Identifier(column)), (batch_id,))
             needed = cur.fetchone()[0]
         else:
-            cur.execute(f"SELECT {OPEN_BATCH_IDS}", {"pipeline": pipeline})  # noqa: S608 - a constant
+            cur.execute(f"SELECT {OPEN_BATCH_IDS}", open_batch_params(pipeline))  # noqa: S608 - a constant
             open_ids = cur.fetchone()[0]
             needed = False
             if open_ids:  # none: nothing to look for (an ANY of an empty array would still scan the table)
@@ -703,7 +707,7 @@ def delete_batch_rows(cur: Cursor, table: Any, column: str, batch_id: int, pipel
     # One statement, one snapshot: a batch whose rows it sees was planned (committed its ledger row) before
     # they were written, so an open batch is never mistaken for a finished one.
     cur.execute(sql.SQL(f"DELETE FROM {{}} WHERE NOT ({{}} = ANY({OPEN_BATCH_IDS}))").format(  # noqa: S608
-        table, sql.Identifier(column)), {"pipeline": pipeline})
+        table, sql.Identifier(column)), open_batch_params(pipeline))
     with _left_lock:
         _left_behind.pop(key, None)
 

@@ -28,7 +28,7 @@ def test_only_text_keys_of_byte_order_collations_are_sorted_as_bytes(settings, u
                 sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(k), sql.SQL(t)) for k, t in KEYS.items())))
             cur.execute("SELECT datcollate FROM pg_database WHERE datname = current_database()")
             plain = cur.fetchone()[0] in sinks.BYTE_ORDER_LOCALES  # the database's own locale decides
-            found = sinks.bytewise_keys(cur, pipeline)
+            found = sinks.key_columns(cur, pipeline).bytewise
             assert found == {"c", "posix", "utf8"} | ({"plain"} if plain else set())
 
             # The commit's query sorts those as bytes, the others as they are; and PostgreSQL accepts it.

@@ -11,7 +11,7 @@ import pytest
 from eosbatch import registry
 from eosbatch.config import PIPELINES
 from eosbatch.exceptions import ConfigError, TerminalError
-from eosbatch.ledger.sinks import position_columns
+from eosbatch.ledger.sinks import KeyColumn, KeyColumns, position_columns
 from eosbatch.pipeline import RESERVED_COLUMNS, KafkaOutput, KafkaSource, Pipeline, PostgresSink
 
 pytestmark = pytest.mark.unit
@@ -219,3 +219,17 @@ def test_value_schema_fields_may_not_collide_with_kafka_columns(field):
 
     with pytest.raises(ConfigError, match=f"source.value_schema: field\\(s\\) {field} collide"):
         KafkaSource(topics=["t"], value_schema=f"id STRING, {field} STRING")
+
+
+def test_keys_compare_alike_only_with_every_column_of_the_same_type_and_collation() -> None:
+    """The plain INSERT into an empty sink relies on staging's keys being the sink's: one row per key in the
+    batch is then one row per key in the sink's unique index (sinks._insert_pays)."""
+    text, c_text = KeyColumn("text", 100, False), KeyColumn("text", 950, True)
+    number = KeyColumn("integer", 0, False)
+    both = {"k": text, "n": number}
+    assert KeyColumns(both, dict(both)).alike(("k", "n"))
+    assert not KeyColumns(both, {"k": c_text, "n": number}).alike(("k", "n"))  # another collation
+    assert not KeyColumns(both, {"k": text, "n": KeyColumn("bigint", 0, False)}).alike(("k", "n"))
+    assert not KeyColumns({"k": text}, {"k": text}).alike(("k", "n"))  # a key column missing from both
+    assert not KeyColumns(both, {}).alike(("k", "n"))  # no sink yet
+    assert KeyColumns({"k": c_text, "n": number}, {}).bytewise == {"k"}
