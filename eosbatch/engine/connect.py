@@ -26,12 +26,19 @@ _lock = threading.Lock()
 _sessions: dict[str, Any] = {}  # one session per server URL, kept for the further batches of this process
 
 
+# A server closes an idle session (spark.connect.session.manager.defaultSessionTimeout, 60 min by default) and
+# then refuses its id until it restarts: the shared id gets a generation, and the first one not closed is used.
+SHARED_GENERATIONS = 16
+_CLOSED_MARKS = ("SESSION_CLOSED", "INVALID_HANDLE", "SESSION_CHANGED")
+
+
 def session(settings: config.Settings) -> Any:
     """This process's session on the server, with the pipelines' code attached; made on first use.
 
     Runners with the same code share one server-side session (its id derives from the code): its Python
     workers stay warm between runs (a new session starts new ones, ~1.5 s per batch here) and its
-    artifacts are already there. A session the server closed (idle timeout, restart) gives way to a new one."""
+    artifacts are already there. A session the server closed (idle timeout) gives way to the code's next
+    generation of shared id; past SHARED_GENERATIONS of them, to a session of this process's own."""
     with _lock:
         found = _sessions.get(settings.spark_remote)
         if found is not None:
@@ -40,13 +47,16 @@ def session(settings: config.Settings) -> Any:
 
         with tempfile.TemporaryDirectory(prefix="eosbatch-artifacts-") as folder:
             archive = code_archive(registry.modules(), Path(folder))
-            shared = str(uuid.uuid5(uuid.NAMESPACE_URL, f"eosbatch:{os.getuid()}:{_digest(archive)}"))
-            try:
-                spark = _open(settings, shared, archive)
-            except EngineUnavailable as exc:
-                if not any(mark in str(exc) for mark in ("SESSION_CLOSED", "INVALID_HANDLE", "SESSION_CHANGED")):
-                    raise
-                spark = _open(settings, str(uuid.uuid4()), archive)
+            code = _digest(archive)
+            ids = [str(uuid.uuid5(uuid.NAMESPACE_URL, f"eosbatch:{os.getuid()}:{code}:{generation}"))
+                   for generation in range(SHARED_GENERATIONS)] + [str(uuid.uuid4())]
+            for session_id in ids:
+                try:
+                    spark = _open(settings, session_id, archive)
+                    break
+                except EngineUnavailable as exc:
+                    if session_id == ids[-1] or not any(mark in str(exc) for mark in _CLOSED_MARKS):
+                        raise
         _sessions[settings.spark_remote] = spark
         return spark
 
@@ -71,6 +81,7 @@ def _open(settings: config.Settings, session_id: str, archive: Path) -> Any:
     from pyspark.sql import SparkSession
 
     url = session_url(settings.spark_remote, session_id)
+    spark = None
     try:
         spark = SparkSession.builder.remote(url).create()
         spark.client.set_retry_policies([_bounded_retries(settings.connect_timeout_s)])
@@ -82,9 +93,19 @@ def _open(settings: config.Settings, session_id: str, archive: Path) -> Any:
             if "already exists" not in str(exc).lower() and "ARTIFACT_ALREADY_EXISTS" not in str(exc):
                 raise
     except Exception as exc:  # noqa: BLE001 - mapped at the boundary
+        if spark is not None:
+            _detach(spark)
         raise EngineUnavailable(f"Spark Connect server {settings.spark_remote}: cannot open a session "
                                 f"({map_spark_error(exc, 'connect')})") from None
     return spark
+
+
+def _detach(spark: Any) -> None:
+    """Close this process's channel to a session, never the session itself (other runners may share it).
+    PySpark keeps the first session a process creates as its active one, and its UDFs (mapInArrow) read
+    their settings through that: a closed session left there fails every later batch of the process."""
+    spark.release_session_on_close = False
+    spark.stop()
 
 
 def _bounded_retries(seconds: float) -> Any:
@@ -101,10 +122,12 @@ def _bounded_retries(seconds: float) -> Any:
 
 
 def forget(settings: config.Settings) -> None:
-    """Drop the cached session (after the server failed): the next batch opens one again. Never stopped
-    here: stopping would close it on the server for every runner that shares it."""
+    """Drop the cached session (after the server failed): the next batch opens one again. Never released
+    here: that would close it on the server for every runner that shares it."""
     with _lock:
-        _sessions.pop(settings.spark_remote, None)
+        dropped = _sessions.pop(settings.spark_remote, None)
+    if dropped is not None:
+        _detach(dropped)
 
 
 def run(settings: config.Settings, where: str, work: Any, *args: Any) -> Any:
