@@ -6,6 +6,7 @@ psycopg2.sql.Identifier here, never formatted into SQL text.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import psycopg2
@@ -330,7 +331,7 @@ class KeyColumns(NamedTuple):
         under any other collation nothing changes."""
         return frozenset(name for name, column in self.staged.items() if column.bytewise)
 
-    def alike(self, key: tuple[str, ...]) -> bool:
+    def alike(self, key: Sequence[str]) -> bool:
         """Whether staging and the sink both have every column of `key` with the same types and collations:
         one row per key in the batch is then one row per key in the sink's unique index."""
         return len(self.staged) == len(key) and self.staged == self.stored
