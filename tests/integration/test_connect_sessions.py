@@ -12,7 +12,6 @@ from collections.abc import Iterator
 import pytest
 
 from eosbatch.engine import connect
-from eosbatch.engine.submit import CONNECT_MODE
 
 pytestmark = [pytest.mark.integration]
 
@@ -40,9 +39,7 @@ def _release_on_the_server(remote: str, session_id: str) -> None:
                    timeout=120)
 
 
-def test_a_closed_shared_session_gives_way_to_one_that_works(settings, monkeypatch) -> None:
-    for name in CONNECT_MODE:  # PySpark marks a process that opened a Connect session; later tests spawn drivers
-        monkeypatch.delenv(name, raising=False)
+def test_a_closed_shared_session_gives_way_to_one_that_works(settings) -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator
 
