@@ -90,7 +90,11 @@ def connect(settings: Settings, check_schema: bool = True, asynchronous: bool = 
             from eosbatch.ledger.stream import wait
 
             connection = psycopg2.connect(settings.psycopg_dsn, application_name="eosbatch", async_=1, **options)
-            wait(connection, timeout)
+            try:
+                wait(connection, timeout)
+            except BaseException:
+                connection.close()  # its socket, half-connected, would stay open until the object is collected
+                raise
             return connection
         connection = psycopg2.connect(settings.psycopg_dsn, application_name="eosbatch", **options)
     except psycopg2.Error as exc:

@@ -3,6 +3,7 @@ connection (one thread), against the real PostgreSQL."""
 
 from __future__ import annotations
 
+import socket
 import time
 
 import psycopg2
@@ -76,3 +77,30 @@ def test_a_lost_connection_is_a_transient_error(settings) -> None:
         assert cur.rowcount == 1
     with pytest.raises(LedgerUnavailable, match="PostgreSQL at"):
         list(chunks)
+
+
+def test_an_asynchronous_connect_that_gets_no_answer_fails_in_time_and_closes_its_socket(settings) -> None:
+    """libpq does not bound an asynchronous connect: stream.wait does (EOSBATCH_CONNECT_TIMEOUT_S), and the
+    half-open connection it gives up on is closed, not left to the garbage collector: the error's traceback
+    holds it for as long as someone keeps the error (an overlapped run hands its stages' errors on)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    try:
+        port = server.getsockname()[1]
+        silent = settings._replace(database_url=f"postgresql+psycopg2://eosbatch@127.0.0.1:{port}/eosbatch",
+                                   connect_timeout_s=2)
+        chunks = stream.chunks(silent, NUMBERS, (10,), 10)
+        started = time.monotonic()
+        with pytest.raises(LedgerUnavailable, match="no answer within 2 s") as kept:
+            next(chunks)
+        assert 2 <= time.monotonic() - started < 10
+        accepted, _ = server.accept()
+        with accepted:
+            accepted.settimeout(5)
+            assert accepted.recv(1024, socket.MSG_PEEK) != b"", "the client's startup packet"
+            while accepted.recv(65536):
+                pass  # read to the end: b"" once the client closed its end, a timeout if it never does
+        assert kept.value is not None
+    finally:
+        server.close()
