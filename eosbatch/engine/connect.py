@@ -24,7 +24,6 @@ from eosbatch.kafka.spark_options import REDACTION_REGEX
 
 _lock = threading.Lock()
 _sessions: dict[str, Any] = {}  # one session per server URL, kept for the further batches of this process
-_detached: list[Any] = []  # sessions this process stopped using, never collected (see _detach)
 
 
 # A server closes an idle session (spark.connect.session.manager.defaultSessionTimeout, 60 min by default) and
@@ -102,29 +101,15 @@ def _open(settings: config.Settings, session_id: str, archive: Path) -> Any:
 
 
 def _detach(spark: Any) -> None:
-    """Stop using a session: never released (other runners may share it), and never closed by PySpark.
+    """Stop using a session without closing it on the server, where other runners may share it.
 
-    PySpark keeps the first session a process creates as its default and active one, and its UDFs
-    (mapInArrow) read their settings through that: a closed session left there fails every later batch.
-    PySpark's own close (`stop()`, and `SparkSession.__del__` when the object is collected) also shuts down a
-    thread pool that every session of the process shares (pyspark 4.0; SPARK-55362, SPARK-55406): a live
-    session's next job then fails ("cannot schedule new futures after shutdown"), or hangs when the collection
-    happens inside that pool. So the session is unset as default and active, its own channel closed and the
-    client marked closed (what close() does besides the shared pool), and the object kept so it is never
-    collected; a process detaches only after an engine failure, so the list stays short."""
-    from pyspark.sql.connect.session import SparkSession
-
-    with SparkSession._lock:
-        if SparkSession._default_session is spark:
-            SparkSession._default_session = None
-        if getattr(SparkSession._active_session, "session", None) is spark:
-            SparkSession._active_session.session = None
-    client = spark.client
-    try:
-        client._channel.close()
-    finally:
-        client._closed = True  # is_stopped: other threads' active slot falls back to the new default
-        _detached.append(spark)
+    PySpark's stop() releases the session on the server unless `release_session_on_close` is off; either way
+    it closes this process's channel and unsets the session as PySpark's default and active one. That matters:
+    PySpark keeps the first session a process creates as both, and its UDFs (mapInArrow) read their settings
+    through that, so a closed session left there fails every later batch. (PySpark 4.0's close also shut down a
+    thread pool every session of the process shares, SPARK-55362 and SPARK-55406; 4.2 does only when idle.)"""
+    spark.release_session_on_close = False
+    spark.stop()
 
 
 def _bounded_retries(seconds: float) -> Any:

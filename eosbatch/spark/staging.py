@@ -80,12 +80,12 @@ def binary_copy(batches: Iterable[pa.RecordBatch], batch_id: int, writer: str) -
 
 
 def stage_partition(dsn: str, target: StageTarget, nonce: str, batch_id: int, fault: Mapping[str, str]
-                    ) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
+                    ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A function for `DataFrame.mapInArrow`: COPY this partition's rows into staging and return one row,
     (kind, writer, rows). `fault` is the driver's fault setting (faults.carried): executors do not see the
     runner's environment."""
 
-    def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
         from pyspark import TaskContext
 

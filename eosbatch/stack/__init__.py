@@ -111,7 +111,7 @@ def connector_jars(root: Path | None = None) -> list[Path]:
 
 
 def _artifact(file_name: str) -> str:
-    """`kafka-clients-3.9.0.jar` -> `kafka-clients`: the name without its version."""
+    """`kafka-clients-3.9.2.jar` -> `kafka-clients`: the name without its version."""
     stem = file_name.removesuffix(".jar")
     parts = stem.split("-")
     while parts and parts[-1][:1].isdigit():

@@ -20,6 +20,6 @@ KAFKA_BROKER = [
 SPARK_KAFKA_CONNECTOR = [
     f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{PYSPARK_VERSION}",
     f"org.apache.spark:spark-token-provider-kafka-0-10_{SCALA_BINARY}:{PYSPARK_VERSION}",
-    "org.apache.kafka:kafka-clients:3.9.0",
-    "org.apache.commons:commons-pool2:2.12.0",
+    "org.apache.kafka:kafka-clients:3.9.2",
+    "org.apache.commons:commons-pool2:2.13.1",
 ]

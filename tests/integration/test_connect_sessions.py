@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -28,6 +29,11 @@ def _sum_through_arrow(spark) -> int:
     return spark.range(4).mapInArrow(_doubled, "id long").groupBy().sum("id").collect()[0][0]
 
 
+def _sum(spark) -> int:
+    """Work with no Python of ours (a session of the test's own has no eosbatch artifact)."""
+    return spark.range(4).groupBy().sum("id").collect()[0][0]
+
+
 def _release_on_the_server(remote: str, session_id: str) -> None:
     script = (
         "import sys\n"
@@ -41,7 +47,6 @@ def _release_on_the_server(remote: str, session_id: str) -> None:
 
 def test_a_closed_shared_session_gives_way_to_one_that_works(settings) -> None:
     from pyspark.sql import SparkSession
-    from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator
 
     before = connect.run(settings, "probe", _sum_through_arrow)
     assert before == 12
@@ -57,15 +62,22 @@ def test_a_closed_shared_session_gives_way_to_one_that_works(settings) -> None:
     assert connect.session(settings).session_id != closed
     assert SparkSession.getActiveSession().session_id != closed
 
-    # Dropping a session must leave the thread pool that all of the process's sessions share running: PySpark's
-    # close (stop, or the collected object's __del__) shuts it down, and a live session's next job then fails or
-    # hangs, depending on the moment.
-    pool = ExecutePlanResponseReattachableIterator._release_thread_pool_instance
-    assert pool is not None
-    connect.forget(settings)
-    gc.collect()
-    assert ExecutePlanResponseReattachableIterator._release_thread_pool_instance is pool
+    # Dropping a session (forget, after an engine failure) must not upset the process's other sessions (PySpark
+    # 4.0's close shut down a thread pool they all share: SPARK-55362), nor close it on the server, where other
+    # runners share it.
+    live = connect.session(settings)
+    other = SparkSession.builder.remote(connect.session_url(settings.spark_remote, str(uuid.uuid4()))).create()
+    try:
+        assert _sum(other) == 6
+        connect.forget(settings)
+        gc.collect()
+        assert live.is_stopped
+        assert SparkSession.getActiveSession() is not live
+        assert _sum(other) == 6
+    finally:
+        other.stop()
 
-    # A new process (no cached session) that meets the closed id first: it moves on at once.
+    # A new process (no cached session) meets the closed id first and moves on at once, to the session the
+    # dropped one was: still open on the server.
     assert connect.run(settings, "probe from a new process", _sum_through_arrow) == 12
-    assert connect.session(settings).session_id != closed
+    assert connect.session(settings).session_id == live.session_id != closed
