@@ -51,16 +51,18 @@ def process_times(pid_stat: str) -> ProcessTimes:
     return ProcessTimes(int(fields[1]), sum(int(f) for f in fields[11:15]))
 
 
-def tree_ticks(root: int, table: Mapping[int, ProcessTimes]) -> int:
-    """Ticks of `root` and of every live descendant. A descendant that ended and was waited for is in its
-    parent's children's ticks, so a tree's total only moves its ticks from one process to another."""
+def tree_ticks(root: int, table: Mapping[int, ProcessTimes], apart: frozenset[int] = frozenset()) -> int:
+    """Ticks of `root` and of every live descendant but the trees rooted at `apart` (counted on their own:
+    the servers of a stack the bench started itself are its children). A descendant that ended and was
+    waited for is in its parent's children's ticks, so a tree's total only moves its ticks from one
+    process to another."""
     children: dict[int, list[int]] = {}
     for pid, times in table.items():
         children.setdefault(times.ppid, []).append(pid)
     total, stack, seen = 0, [root], set()
     while stack:
         pid = stack.pop()
-        if pid in seen or pid not in table:
+        if pid in seen or pid not in table or (pid in apart and pid != root):
             continue
         seen.add(pid)
         total += table[pid].ticks
@@ -85,10 +87,12 @@ class Sample(NamedTuple):
 
 
 def sample(roots: Mapping[str, int | None]) -> Sample:
-    """Busy ticks now: the machine's, and each named root's tree (None: not running, counted as 0)."""
+    """Busy ticks now: the machine's, and each named root's tree without the other roots' trees inside it
+    (None: not running, counted as 0)."""
     table = _process_table()
     machine = machine_busy_ticks((PROC / "stat").read_text())
-    return Sample(machine, {name: tree_ticks(pid, table) if pid else 0 for name, pid in roots.items()})
+    named = frozenset(pid for pid in roots.values() if pid)
+    return Sample(machine, {name: tree_ticks(pid, table, named) if pid else 0 for name, pid in roots.items()})
 
 
 def usage(before: Sample, after: Sample) -> Usage:

@@ -26,6 +26,9 @@ def test_a_tree_counts_its_descendants_and_nothing_else() -> None:
              20: cpu.ProcessTimes(0, 1000), 12: cpu.ProcessTimes(11, 13)}
     assert cpu.tree_ticks(10, table) == 7 + 11 + 13
     assert cpu.tree_ticks(99, table) == 0  # not running
+    # A server the bench started is its descendant and is reported on its own, not twice.
+    assert cpu.tree_ticks(1, table, frozenset({1, 11})) == 5 + 7
+    assert cpu.tree_ticks(11, table, frozenset({1, 11})) == 11 + 13
 
 
 def test_the_cpu_a_child_burns_is_counted_in_its_parents_tree_after_it_ended() -> None:
@@ -37,3 +40,20 @@ def test_the_cpu_a_child_burns_is_counted_in_its_parents_tree_after_it_ended() -
     assert used.parts["me"] >= 0.4  # the child's 0.5 s, now in this process's children's time
     assert used.parts["gone"] == 0
     assert used.machine >= used.parts["me"] - 0.05  # ticks of the two counters are sampled apart
+
+
+def test_a_named_root_inside_another_tree_is_counted_once() -> None:
+    """A stack the bench brings up itself runs its servers as the bench's children."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time\nend = time.process_time() + 0.5\n"
+                              "while time.process_time() < end: pass\nprint(flush=True)\nsys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        roots = {"me": os.getpid(), "server": child.pid}
+        before = cpu.sample(roots)
+        assert child.stdout is not None and child.stdout.readline() == b"\n"  # its 0.5 s of work are done
+        used = cpu.usage(before, cpu.sample(roots))
+        assert used.parts["server"] >= 0.3
+        assert used.parts["me"] < 0.3
+    finally:
+        child.kill()
+        child.communicate()
