@@ -647,6 +647,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keep", action="store_true", help="keep the runs' topics and sink tables")
     parser.add_argument("--peer-rounds", type=int, default=2,
                         help="rounds of eosbatch vs the Structured Streaming peer on one topic (0: none)")
+    parser.add_argument("--warm-up", type=int, default=WARM_UP_RECORDS, metavar="N",
+                        help="records of the engine's warm-up run, not reported (a server's JIT keeps warming "
+                             "over its first millions of records)")
     parser.add_argument("--overlap", default="2", metavar="K[,K...]",
                         help="each peer round also runs eosbatch as K batches with overlapped steps, for each K "
                              "(default %(default)s; 0: none)")
@@ -673,7 +676,7 @@ def main(argv: list[str] | None = None) -> None:
     peers = [Run(f"{prefix}_p{i}", args.records) for i in range(args.peer_rounds)]
     splits = [int(k) for k in args.overlap.split(",") if int(k) > 0]
     lapped = {k: [Run(f"{prefix}_o{k}x{i}", args.records) for i in range(args.peer_rounds)] for k in splits}
-    warm = Run(f"{prefix}_warm", WARM_UP_RECORDS)
+    warm = Run(f"{prefix}_warm", args.warm_up)
     _define(runs + peers + [r for rs in lapped.values() for r in rs] + [warm], args.partitions)
     if peers:  # every round reads the first round's topic; an overlapped run's batches are 1/K of it
         specs = json.loads(os.environ[PIPELINES_ENV])
