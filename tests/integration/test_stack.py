@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import psycopg2
+import psycopg2.sql
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -70,6 +71,42 @@ def test_last_stable_offset_stops_before_an_open_transaction(settings, unique):
     producer.commit_transaction(30)
     generate.await_markers(settings, [topic])
     assert bounds(settings, [topic])[tp].stable == stable_before + 2
+
+
+def test_upgrade_sets_the_transient_reloption_on_tables_an_older_eosbatch_made(settings, unique):
+    """Migration 0010: staging and typed outbox tables created without the option (as before 693acba) get it;
+    a table of another schema with a staging-like name, and eosbatch's own other tables, are left alone."""
+    url = settings.database_url
+    names = {("eosbatch", f"stage_{unique}-x"): True, ("eosbatch", f"outbox_{unique}"): True,
+             ("public", f"stage_{unique}"): False, ("eosbatch", f"staged{unique}"): False}
+    setting = "autovacuum_vacuum_insert_threshold=-1"
+
+    def options() -> dict[tuple[str, str], bool]:
+        with raw, raw.cursor() as cur:
+            found = {}
+            for schema, table in names:
+                cur.execute("SELECT reloptions FROM pg_class WHERE oid = to_regclass(%s)",
+                            (f'"{schema}"."{table}"',))
+                found[(schema, table)] = setting in (cur.fetchone()[0] or [])
+            return found
+
+    raw = store.connect(settings, check_schema=False)
+    try:
+        migrate.downgrade(url, "0009")
+        with raw, raw.cursor() as cur:
+            for schema, table in names:
+                cur.execute(psycopg2.sql.SQL("CREATE TABLE {} (a bigint)").format(
+                    psycopg2.sql.Identifier(schema, table)))
+        assert not any(options().values())
+        migrate.upgrade(url, "head")
+        assert options() == names
+    finally:
+        migrate.upgrade(url, "head")
+        with raw, raw.cursor() as cur:
+            for schema, table in names:
+                cur.execute(psycopg2.sql.SQL("DROP TABLE IF EXISTS {}").format(
+                    psycopg2.sql.Identifier(schema, table)))
+        raw.close()
 
 
 def test_migrations_downgrade_and_upgrade(settings):
