@@ -201,6 +201,9 @@ def warm_up(settings: Settings, runs: list[Run], partitions: int, padding: int) 
     produce paths. Measured here on a server just started, the same 1M-record process step (without its
     COPY) took 16.6, 7.5, 5.7, 5.1 and 4.5 s in five runs in a row, then stayed there: the JIT needs a few
     million records. Without this, the table reports a server's first minutes, not the engine running."""
+    if not runs:
+        print("engine warm-up: none (--warm-up-runs 0)", flush=True)
+        return
     generate(settings, topic=runs[0].topic, records=runs[0].records, partitions=partitions,
              transaction_size=TRANSACTION_SIZE, abort_every=0, malformed_every=0, value_padding=padding)
     seconds = []
@@ -657,7 +660,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="records of each of the engine's warm-up runs, not reported (default %(default)s)")
     parser.add_argument("--warm-up-runs", type=int, default=WARM_UP_RUNS, metavar="R",
                         help="warm-up runs over one topic (default %(default)s: a server's JIT needs a few million "
-                             "records to reach its steady state)")
+                             "records to reach its steady state; 0: none, to measure a server as it is)")
     parser.add_argument("--overlap", default="2", metavar="K[,K...]",
                         help="each peer round also runs eosbatch as K batches with overlapped steps, for each K "
                              "(default %(default)s; 0: none)")
@@ -684,7 +687,7 @@ def main(argv: list[str] | None = None) -> None:
     peers = [Run(f"{prefix}_p{i}", args.records) for i in range(args.peer_rounds)]
     splits = [int(k) for k in args.overlap.split(",") if int(k) > 0]
     lapped = {k: [Run(f"{prefix}_o{k}x{i}", args.records) for i in range(args.peer_rounds)] for k in splits}
-    warm = [Run(f"{prefix}_warm{i}", args.warm_up) for i in range(max(1, args.warm_up_runs))]
+    warm = [Run(f"{prefix}_warm{i}", args.warm_up) for i in range(args.warm_up_runs)]
     _define(runs + peers + [r for rs in lapped.values() for r in rs] + warm, args.partitions)
     specs = json.loads(os.environ[PIPELINES_ENV])
     for spec in specs:  # the warm-up runs read one topic
