@@ -8,8 +8,10 @@ but `CREATE TABLE IF NOT EXISTS` left the tables of existing pipelines as they w
 
 Only tables of the eosbatch schema named as eosbatch names them (`stage_<pipeline>`, `outbox_<pipeline>`);
 `format('%s', regclass)` quotes each name as PostgreSQL needs. Downgrade leaves the setting: it changes
-nothing but when autovacuum runs, so any earlier eosbatch works with it (and since 693acba, at revision
-0009, eosbatch creates these tables with it).
+nothing but when autovacuum runs, so an earlier eosbatch works with it once `eosbatch db downgrade 0009` has
+taken the ledger back to its revision (since 693acba, at revision 0009, eosbatch creates these tables with
+it anyway). Upgrading to this revision is `eosbatch db upgrade`, as for every revision: runners refuse a
+ledger behind their code until then.
 
 Revision ID: 0010
 Revises: 0009
@@ -32,7 +34,7 @@ def upgrade() -> None:
             FOR t IN
                 SELECT c.oid::regclass FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                 WHERE n.nspname = 'eosbatch' AND c.relkind = 'r'
-                  AND (c.relname LIKE 'stage\_%' OR c.relname LIKE 'outbox\_%')
+                  AND (starts_with(c.relname, 'stage_') OR starts_with(c.relname, 'outbox_'))
                   AND NOT coalesce(c.reloptions @> ARRAY['autovacuum_vacuum_insert_threshold=-1'], false)
             LOOP
                 EXECUTE format('ALTER TABLE %s SET (autovacuum_vacuum_insert_threshold = -1)', t);

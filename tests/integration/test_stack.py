@@ -74,39 +74,44 @@ def test_last_stable_offset_stops_before_an_open_transaction(settings, unique):
 
 
 def test_upgrade_sets_the_transient_reloption_on_tables_an_older_eosbatch_made(settings, unique):
-    """Migration 0010: staging and typed outbox tables created without the option (as before 693acba) get it;
-    a table of another schema with a staging-like name, and eosbatch's own other tables, are left alone."""
+    """Migration 0010: staging and typed outbox tables created without the option (as before 693acba) get it,
+    and keep it on a downgrade; tables of other names or schemas, and the ledger's own outbox, are left alone."""
     url = settings.database_url
-    names = {("eosbatch", f"stage_{unique}-x"): True, ("eosbatch", f"outbox_{unique}"): True,
-             ("public", f"stage_{unique}"): False, ("eosbatch", f"staged{unique}"): False}
+    made = {("eosbatch", f"stage_{unique}-x"): True, ("eosbatch", f"outbox_{unique}"): True,
+            ("public", f"stage_{unique}"): False, ("eosbatch", f"staged{unique}"): False,
+            ("eosbatch", f"outboxes{unique}"): False}
     setting = "autovacuum_vacuum_insert_threshold=-1"
 
     def options() -> dict[tuple[str, str], bool]:
         with raw, raw.cursor() as cur:
             found = {}
-            for schema, table in names:
-                cur.execute("SELECT reloptions FROM pg_class WHERE oid = to_regclass(%s)",
-                            (f'"{schema}"."{table}"',))
+            for schema, table in [*made, ("eosbatch", "outbox")]:
+                cur.execute("SELECT reloptions FROM pg_class WHERE oid = to_regclass(%s)", (f'"{schema}"."{table}"',))
                 found[(schema, table)] = setting in (cur.fetchone()[0] or [])
             return found
 
+    expected = {**made, ("eosbatch", "outbox"): False}
     raw = store.connect(settings, check_schema=False)
     try:
-        migrate.downgrade(url, "0009")
-        with raw, raw.cursor() as cur:
-            for schema, table in names:
-                cur.execute(psycopg2.sql.SQL("CREATE TABLE {} (a bigint)").format(
-                    psycopg2.sql.Identifier(schema, table)))
-        assert not any(options().values())
-        migrate.upgrade(url, "head")
-        assert options() == names
+        try:
+            migrate.downgrade(url, "0009")
+            with raw, raw.cursor() as cur:
+                for schema, table in made:
+                    cur.execute(psycopg2.sql.SQL("CREATE TABLE {} (a bigint)").format(
+                        psycopg2.sql.Identifier(schema, table)))
+            assert not any(options().values())
+            migrate.upgrade(url, "head")
+            assert options() == expected
+            migrate.downgrade(url, "0009")
+            assert options() == expected
+        finally:
+            with raw, raw.cursor() as cur:
+                for schema, table in made:
+                    cur.execute(psycopg2.sql.SQL("DROP TABLE IF EXISTS {}").format(
+                        psycopg2.sql.Identifier(schema, table)))
     finally:
-        migrate.upgrade(url, "head")
-        with raw, raw.cursor() as cur:
-            for schema, table in names:
-                cur.execute(psycopg2.sql.SQL("DROP TABLE IF EXISTS {}").format(
-                    psycopg2.sql.Identifier(schema, table)))
         raw.close()
+        migrate.upgrade(url, "head")
 
 
 def test_migrations_downgrade_and_upgrade(settings):
