@@ -271,7 +271,7 @@ def durability_cost(settings: Settings, pipeline: str, batch_id: int, rounds: in
     """The commit's durability costs, measured on the batch just staged, alternating, each in a transaction
     that is rolled back: the upsert alone (what the commit did before the outbox) against the staged-count
     check plus the upsert that also writes the logged outbox from RETURNING. Best of `rounds` each."""
-    from eosbatch.ledger import sinks, store
+    from eosbatch.ledger import store
 
     defined = registry.get(pipeline)
     best: dict[str, tuple[int, float]] = {}
@@ -301,7 +301,7 @@ def clean_up_after_rollbacks(settings: Settings, pipeline: str) -> None:
     leaves a batch's worth of dead rows and dead index entries behind, which the timed commit would otherwise
     wade through (measured on a staged 1M batch: 13.3-14.1 s vacuumed, 15.4-17.5 s after one rolled-back
     attempt) unless autovacuum happened to get there first: noise against eosbatch, not part of its cost."""
-    from eosbatch.ledger import sinks, store
+    from eosbatch.ledger import store
 
     defined = registry.get(pipeline)
     connection = psycopg2.connect(settings.psycopg_dsn)
@@ -715,19 +715,17 @@ def main(argv: list[str] | None = None) -> None:
     lapped = {k: [Run(f"{prefix}_o{k}x{i}", args.records) for i in range(args.peer_rounds)] for k in splits}
     warm = [Run(f"{prefix}_warm{i}", args.warm_up) for i in range(args.warm_up_runs)]
     _define(runs + peers + [r for rs in lapped.values() for r in rs] + warm, args.partitions)
+    # The warm-up runs read one topic; every peer round, and its overlapped runs, the first round's topic, an
+    # overlapped run's batches being 1/K of it.
+    split = {r.name: k for k, rs in lapped.items() for r in rs}
+    topics = {**{r.name: warm[0].topic for r in warm},
+              **{name: peers[0].topic for name in [*split, *(r.name for r in peers)]}}
     specs = json.loads(os.environ[PIPELINES_ENV])
-    for spec in specs:  # the warm-up runs read one topic
-        if spec["name"] in {r.name for r in warm}:
-            spec["topic"] = warm[0].topic
+    for spec in specs:
+        spec["topic"] = topics.get(spec["name"], spec["topic"])
+        if spec["name"] in split:
+            spec["max_records"] = math.ceil(spec["max_records"] / split[spec["name"]])
     os.environ[PIPELINES_ENV] = json.dumps(specs)
-    if peers:  # every round reads the first round's topic; an overlapped run's batches are 1/K of it
-        split = {r.name: k for k, rs in lapped.items() for r in rs}
-        for spec in specs:
-            if spec["name"] in split or spec["name"] in {r.name for r in peers}:
-                spec["topic"] = peers[0].topic
-            if spec["name"] in split:
-                spec["max_records"] = math.ceil(spec["max_records"] / split[spec["name"]])
-        os.environ[PIPELINES_ENV] = json.dumps(specs)
     padding = _padding()
     print(f"{args.records:,} records of ~{RECORD_BYTES} B over {args.partitions} partitions in one batch "
           f"(input in transactions of {TRANSACTION_SIZE:,}, none aborted, none malformed)", flush=True)

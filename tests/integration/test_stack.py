@@ -86,7 +86,8 @@ def test_upgrade_sets_the_transient_reloption_on_tables_an_older_eosbatch_made(s
         with raw, raw.cursor() as cur:
             found = {}
             for schema, table in [*made, ("eosbatch", "outbox")]:
-                cur.execute("SELECT reloptions FROM pg_class WHERE oid = to_regclass(%s)", (f'"{schema}"."{table}"',))
+                cur.execute("SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                            "WHERE n.nspname = %s AND c.relname = %s", (schema, table))
                 found[(schema, table)] = setting in (cur.fetchone()[0] or [])
             return found
 
