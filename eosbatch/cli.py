@@ -1,4 +1,5 @@
-"""The `eosbatch` command: argument parsing and printing over eosbatch.commands, nothing else."""
+"""The `eosbatch` command: argument parsing and printing over eosbatch.commands, and the exit code of each
+error kind (with a net for a client library's error that escaped the mapping at its boundary)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 done, 1 verify found a violation, 2 terminal error (retrying cannot help), "
                "3 transient error (retry), 4 fenced (another runner owns the pipeline or batch now)")
     sub = parser.add_subparsers(dest="command", required=True)
-    stack_cmd = sub.add_parser("stack", help="the embedded local Kafka + PostgreSQL")
+    stack_cmd = sub.add_parser("stack", help="the embedded local Kafka + PostgreSQL + Spark Connect server")
     stack_cmd.add_argument("action", choices=["up", "down", "status", "env"])
     stack_cmd.add_argument("--spark-cluster", action=argparse.BooleanOptionalAction, default=None,
                            help="up: also a Spark standalone master, two workers and a Connect server on them; "
@@ -85,8 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     reset.add_argument("--reason", help="why, recorded with the reset")
     compact = sub.add_parser("compact", help="bound the ledger: merge old published batches' committed ranges")
     compact.add_argument("pipeline")
-    compact.add_argument("--older-than-days", type=float, default=7.0,
-                         help="published batches committed longer ago than this (default %(default)s)")
+    compact.add_argument("--older-than-days", type=float, default=None,
+                         help="published batches committed longer ago than this (default: "
+                              "EOSBATCH_COMPACT_AFTER_DAYS, 7)")
     abort = sub.add_parser("abort", help="abort a pipeline's unfinished (uncommitted) batches")
     abort.add_argument("pipeline")
     abort.add_argument("batch_id", nargs="?", type=int)
@@ -98,18 +100,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _airflow(action: str) -> None:
-    from eosbatch.orchestration import local
-
     if action == "up":  # progress on stderr, the exports on stdout: eval "$(eosbatch airflow up)"
-        info = local.up(log=lambda line: print(line, file=sys.stderr))
+        info = commands.airflow_up(log=lambda line: print(line, file=sys.stderr))
         for key, value in {**commands.stack_env(), **info.exports()}.items():
             print(f"export {key}={shlex.quote(value)}")
         print(f"airflow: UI and API at {info.url}; DAGs start paused: airflow dags unpause <dag id>",
               file=sys.stderr)
     elif action == "down":
-        local.down()
+        commands.airflow_down()
     else:
-        info = local.status()
+        info = commands.airflow_status()
         print(f"home:   {info.home}")
         print(f"url:    {info.url}")
         for name, pid in info.pids.items():
@@ -117,7 +117,7 @@ def _airflow(action: str) -> None:
         print(f"health: {json.dumps(info.health) if info.health else 'no answer'}")
 
 
-def _print_cluster(info: commands.stack.StackInfo) -> None:
+def _print_cluster(info: commands.StackInfo) -> None:
     cluster = info.spark_cluster
     assert cluster is not None
     alive = "no answer" if cluster.alive_workers is None else f"{cluster.alive_workers}/{len(cluster.worker_pids)}"
@@ -173,12 +173,12 @@ def main(argv: list[str] | None = None) -> int:
                 for key, value in info.env().items():
                     print(f"export {key}={shlex.quote(value)}")
             elif args.action == "down":
-                commands.stack.down()
+                commands.stack_down()
             elif args.action == "env":
                 for key, value in commands.stack_env(args.spark_cluster).items():
                     print(f"export {key}={shlex.quote(value)}")
             else:
-                info = commands.stack.status(args.spark_cluster)
+                info = commands.stack_status(args.spark_cluster)
                 print(f"home:     {info.home}")
                 print(f"kafka:    {info.kafka_bootstrap} pid={info.kafka_pid or 'stopped'} "
                       f"version={info.versions['kafka']}")
@@ -195,10 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             elif args.action == "downgrade":
                 print(f"ledger at revision {commands.db_downgrade(args.revision or 'base')}")
             else:
-                from eosbatch import config
-                from eosbatch.ledger import migrate
-
-                print(migrate.current(config.load().database_url))
+                print(commands.db_current())
         elif args.command == "run":
             summary = commands.run(args.pipeline, args.max_batches, overlap=args.overlap)
             print(f"{summary.batches} batches: {summary.records_read} records read, {summary.sink_rows} sink rows, "
@@ -255,8 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{done.committed_before} -> {done.committed_after} rows, {done.batch_ranges_deleted} batch "
                   "ranges deleted")
         elif args.command == "abort":
-            aborted = commands.steps.abort(args.pipeline, args.batch_id, reason="aborted by eosbatch abort",
-                                           log=print)
+            aborted = commands.abort(args.pipeline, args.batch_id, log=print)
             print(f"aborted {len(aborted)} batch(es)")
     except EosbatchError as exc:
         return _fail(exc)

@@ -3,25 +3,64 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eosbatch import backfill as history
-from eosbatch import config, registry, stack, steps
+from eosbatch import config, registry, steps
 from eosbatch.exceptions import ConfigError
 from eosbatch.kafka import offsets
 from eosbatch.ledger import migrate, store
 from eosbatch.protocol import sources
 
+if TYPE_CHECKING:
+    from eosbatch.stack import StackInfo
+
 Log = Callable[[str], None]
 
 
-def stack_up(log: Log = print, spark_cluster: bool | None = None) -> stack.StackInfo:
-    info = stack.up(log, spark_cluster)
-    return info
+# The development stack is imported by its commands only: `run`, the DAG tasks and the rest never load it.
+
+def stack_up(log: Log = print, spark_cluster: bool | None = None) -> StackInfo:
+    from eosbatch import stack
+
+    return stack.up(log, spark_cluster)
 
 
 def stack_env(spark_cluster: bool | None = None) -> dict[str, str]:
+    from eosbatch import stack
+
     return stack.status(spark_cluster).env()
+
+
+def stack_down() -> None:
+    from eosbatch import stack
+
+    stack.down()
+
+
+def stack_status(spark_cluster: bool | None = None) -> StackInfo:
+    from eosbatch import stack
+
+    return stack.status(spark_cluster)
+
+
+def airflow_up(log: Log = print) -> Any:
+    """The local Airflow (eosbatch.orchestration.local), started; its `exports()` name its connections."""
+    from eosbatch.orchestration import local  # imports Airflow: only for the airflow commands
+
+    return local.up(log=log)
+
+
+def airflow_down() -> None:
+    from eosbatch.orchestration import local
+
+    local.down()
+
+
+def airflow_status() -> Any:
+    from eosbatch.orchestration import local
+
+    return local.status()
 
 
 def db_upgrade(revision: str = "head") -> str | None:
@@ -34,6 +73,10 @@ def db_downgrade(revision: str) -> str | None:
     url = config.load().database_url
     migrate.downgrade(url, revision)
     return migrate.current(url)
+
+
+def db_current() -> str | None:
+    return migrate.current(config.load().database_url)
 
 
 def run(pipeline: str, max_batches: int | None = None, log: Log = print, overlap: bool | None = None
@@ -67,14 +110,22 @@ def replay(pipeline: str, batch_id: int, log: Log = print) -> history.ReplayRepo
     return history.replay(pipeline, batch_id, log)
 
 
-def compact(pipeline: str, older_than_days: float = 7.0) -> store.Compacted:
-    """Merge the committed ranges and drop the range detail of published batches older than the given age."""
+def compact(pipeline: str, older_than_days: float | None = None) -> store.Compacted:
+    """Merge the committed ranges and drop the range detail of published batches older than the given age
+    (default: the setting EOSBATCH_COMPACT_AFTER_DAYS, as the compaction after every N commits uses)."""
+    settings = config.load()
+    if older_than_days is None:
+        older_than_days = settings.compact_after_days
     if not older_than_days >= 0:
         raise ConfigError("--older-than-days", f"must be a number of days >= 0, got {older_than_days!r}")
-    settings = config.load()
     name = registry.get(pipeline).name
     with store.transaction(settings) as cur:
         return store.compact(cur, name, older_than_days)
+
+
+def abort(pipeline: str, batch_id: int | None = None, log: Log = print) -> list[int]:
+    """Abort the batch, or every unfinished batch of the pipeline; a committed one is never aborted."""
+    return steps.abort(pipeline, batch_id, reason="aborted by eosbatch abort", log=log)
 
 
 def ranges(pipeline: str) -> list[history.PartitionCoverage]:

@@ -32,7 +32,9 @@ def test_compact_merges_old_detail_and_the_pipeline_stays_exactly_once(settings,
 
     kept = scenario.cli("compact", scenario.pipeline)  # the default keeps a week: nothing is that old
     assert kept.returncode == 0 and _rows(settings, scenario.pipeline) == before, kept.stderr[-2000:]
-    done = scenario.cli("compact", scenario.pipeline, "--older-than-days", "0")
+    scenario.env_overrides["EOSBATCH_COMPACT_AFTER_DAYS"] = "0"  # the setting is the command's default too
+    done = scenario.cli("compact", scenario.pipeline)
+    del scenario.env_overrides["EOSBATCH_COMPACT_AFTER_DAYS"]
     assert done.returncode == 0, done.stderr[-2000:]
     print(done.stdout.strip())
     assert _rows(settings, scenario.pipeline) == (3, 0)  # one run of offsets per partition, no batch detail
