@@ -78,6 +78,11 @@ def read(settings: Settings, group: str, tps: Iterable[TopicPartition], timeout:
         while True:
             try:
                 found = client.committed(wanted, timeout=30)
+                # A partition the broker could not answer for comes back with offset -1001 and its error:
+                # read as "no marker", it would publish a batch again. Retried or raised like the call's.
+                refused = next((p.error for p in found if p.error is not None), None)
+                if refused is not None:
+                    raise KafkaException(refused)
                 break
             except KafkaException as exc:
                 # The group coordinator moves or loads (first use of __consumer_offsets, broker restart).
