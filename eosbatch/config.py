@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from eosbatch.exceptions import ConfigError
 
@@ -127,12 +127,20 @@ def to_libpq_url(url: str) -> str:
     return "postgresql://" + rest if scheme.startswith("postgresql") else url
 
 
+SECRET_PARAMETERS = frozenset({"password", "sslpassword"})  # libpq takes these in a URL's query too
+
+
 def redact(url: str) -> str:
-    """The URL with its password replaced, for logs and errors."""
+    """The URL with its passwords replaced (the user's and any in its query), for logs and errors."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    return url.replace(f":{parts.password}@", ":***@", 1)
+    if parts.password is not None:
+        url = url.replace(f":{parts.password}@", ":***@", 1)
+    if parts.query:
+        pairs = [pair.partition("=") for pair in parts.query.split("&")]
+        query = "&".join(f"{name}={'***' if unquote(name).lower() in SECRET_PARAMETERS else value}" if sep else name
+                         for name, sep, value in pairs)
+        url = url.replace(f"?{parts.query}", f"?{query}", 1)
+    return url
 
 
 def load(env: dict[str, str] | None = None) -> Settings:
@@ -172,6 +180,7 @@ def load(env: dict[str, str] | None = None) -> Settings:
         raise ConfigError(KAFKA_CONFIG, str(exc)) from None
     master = env.get(SPARK_MASTER, "").strip() or "local[2]"
     log_dir = env.get(LOG_DIR, "").strip() or default_log_dir(env)
+    marker_retention_seconds(env)  # read by publish: a bad value must fail now, not after a batch's COMMIT
     return Settings(url, bootstrap, extra, master, _transaction_timeout(env), connect_timeout_s(env), log_dir,
                     _lease_seconds(env.get(LEASE_SECONDS, "").strip()), _spark_remote(env.get(SPARK_REMOTE, "")),
                     _spark_jars(env.get(SPARK_JARS, "")), _staging_writers(env.get(STAGING_WRITERS, "").strip()),

@@ -134,6 +134,20 @@ def test_redact_hides_the_password() -> None:
     assert redacted == "postgresql+psycopg2://eos:***@127.0.0.1:5432/eosbatch"
 
 
+def test_redact_hides_passwords_in_the_query_too() -> None:
+    url = f"postgresql://eos:{SECRET}@h:5432/db?sslmode=verify-full&sslpassword={SECRET}&PassWord={SECRET}&x"
+    assert redact(url) == "postgresql://eos:***@h:5432/db?sslmode=verify-full&sslpassword=***&PassWord=***&x"
+    assert redact(f"postgresql://eos@h/db?password={SECRET}") == "postgresql://eos@h/db?password=***"
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-1", "1.5"])
+def test_a_bad_marker_retention_fails_when_loaded_not_at_publish(raw: str) -> None:
+    from eosbatch.config import MARKER_RETENTION
+
+    error = failure(env(**{MARKER_RETENTION: raw}))
+    assert error.field == MARKER_RETENTION and raw in str(error)
+
+
 def test_redact_leaves_a_url_without_password_alone() -> None:
     assert redact("postgresql://eos@127.0.0.1:5432/db") == "postgresql://eos@127.0.0.1:5432/db"
 
