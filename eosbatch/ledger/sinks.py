@@ -13,6 +13,7 @@ import psycopg2
 import psycopg2.errors
 from psycopg2 import sql
 
+from eosbatch.ledger.errors import first_line
 from eosbatch.ledger.exceptions import SinkError
 from eosbatch.ledger.store import OPEN_BATCH_IDS, Batch, Cursor, open_batch_params, table_exists
 from eosbatch.pipeline import Pipeline
@@ -83,9 +84,24 @@ def _unique_key_exists(cur: Cursor, table: sql.Identifier, key: tuple[str, ...])
     return any(sorted(row[0]) == sorted(key) for row in cur.fetchall())
 
 
+MAX_NAME_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: a longer name is cut short, silently
+OWN_PREFIX = "_eosbatch_"  # staging, outbox and commit columns of eosbatch's own
+
+
 def validate_columns(pipeline: Pipeline, columns: list[Column]) -> None:
+    """The transform's output columns, checked against the sink's definition before any table is touched;
+    SinkError (terminal: the transform or the pipeline must change) names what is wrong."""
     names = [c.name for c in columns]
     sink = pipeline.sink
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        raise SinkError(f"sink: the transform's output has column(s) {twice} more than once (after a join?); "
+                        "rename or drop the copies")
+    if long := [n for n in names if len(n.encode()) > MAX_NAME_BYTES]:
+        raise SinkError(f"sink: the transform's output column(s) {long} are longer than PostgreSQL's "
+                        f"{MAX_NAME_BYTES} bytes, which would cut them short; rename them")
+    if ours := [n for n in names if n.startswith(OWN_PREFIX)]:
+        raise SinkError(f"sink: the transform's output column(s) {ours} start with {OWN_PREFIX!r}, which "
+                        "eosbatch's own columns use; rename them")
     if missing := [k for k in sink.key if k not in names]:
         raise SinkError(f"sink.key: the transform's output lacks key column(s) {missing}; it has {names}")
     for field, wanted in (("sink.accumulate", sink.accumulate), ("sink.order_by", sink.order_by)):
@@ -426,8 +442,35 @@ def _insert_pays(cur: Cursor, pipeline: Pipeline, keys: KeyColumns) -> bool:
     return bool(cur.fetchone()[0])
 
 
+REFUSED_CLASSES = ("21", "22", "23")  # cardinality, data, integrity: the rows as they are can never go in
+
+
+def _refused(pipeline: Pipeline, exc: psycopg2.Error) -> SinkError | None:
+    """The sink's refusal of the batch's rows (a NULL key, a number out of range, a user's CHECK or foreign
+    key) as the terminal error it is: the same rows are refused every time, so a retry only loops."""
+    code = exc.pgcode or ""
+    if not code.startswith(REFUSED_CLASSES) or code == "23P01":  # 23P01: the ledger's range exclusion
+        return None
+    detail = f" ({exc.diag.message_detail})" if exc.diag.message_detail else ""
+    return SinkError(f"sink {pipeline.sink.table}: PostgreSQL refused the batch's rows: "
+                     f"{exc.diag.message_primary or first_line(exc)}{detail} [SQLSTATE {code}]; the batch is "
+                     "aborted: change the transform or the table, then run again")
+
+
 def move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: bool,
                  max_record_bytes: int | None = None) -> Moved:
+    """`_move_to_sink`; rows the sink refuses raise SinkError (the caller's transaction must roll back)."""
+    try:
+        return _move_to_sink(cur, pipeline, batch, with_outbox, max_record_bytes)
+    except psycopg2.Error as exc:
+        refused = _refused(pipeline, exc)
+        if refused is None:
+            raise
+        raise refused from exc
+
+
+def _move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: bool,
+                  max_record_bytes: int | None) -> Moved:
     """Upsert the successful writers' staged rows into the sink and, in the same statement, write the output
     records into the logged outbox from what the upsert really did: a row the sink refused (an older
     version) is not published, and after COMMIT publish needs nothing from unlogged staging.

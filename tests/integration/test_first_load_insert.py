@@ -12,7 +12,9 @@ import pytest
 from psycopg2 import sql
 
 from eosbatch import KafkaOutput, KafkaSource, Pipeline, PostgresSink
+from eosbatch.exceptions import TerminalError
 from eosbatch.ledger import sinks, store
+from eosbatch.ledger.exceptions import SinkError
 
 pytestmark = [pytest.mark.integration]
 
@@ -117,12 +119,15 @@ def test_a_key_another_transaction_stores_meanwhile_falls_back_to_the_upsert(set
             cur.execute("SELECT pg_backend_pid()")
             pid = cur.fetchone()[0]
 
+            blocked: list[bool] = []
+
             def commit_the_other_once_blocked() -> None:
                 deadline = time.monotonic() + 30
                 with psycopg2.connect(settings.psycopg_dsn) as watcher, watcher.cursor() as look:
                     while time.monotonic() < deadline:
                         look.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
                         if look.fetchone()[0] == "Lock":  # the INSERT waits for the other's n7
+                            blocked.append(True)
                             break
                         watcher.rollback()
                         time.sleep(0.05)
@@ -132,6 +137,7 @@ def test_a_key_another_transaction_stores_meanwhile_falls_back_to_the_upsert(set
             releaser.start()
             moved = sinks.move_to_sink(cur, pipeline, batch, with_outbox=True, max_record_bytes=1_000_000)
             releaser.join()
+            assert blocked, "the batch's INSERT never waited for the other writer's row: no race was tested"
             stored, outbox = _after(cur, pipeline, batch)
         assert stored["n7"] == ["new 7", 3, 1007]  # the batch's row
         assert "n7" in {k for _, k, *_ in outbox}
@@ -142,4 +148,27 @@ def test_a_key_another_transaction_stores_meanwhile_falls_back_to_the_upsert(set
         connection.close()
         other.rollback()
         other.close()
+        _drop(settings, pipeline)
+
+
+@pytest.mark.parametrize("insert", [True, False], ids=["insert", "upsert"])
+def test_rows_the_sink_refuses_are_a_terminal_error_naming_the_sink(settings, unique, monkeypatch, insert) -> None:
+    """A NULL key (the transform let one through) can never go in: SinkError, terminal, naming the sink and
+    PostgreSQL's reason, not the driver's error that a retry would meet again and again."""
+    pipeline = _pipeline(unique)
+    monkeypatch.setattr(sinks, "_insert_pays", lambda *_: insert)
+    connection = psycopg2.connect(settings.psycopg_dsn)
+    try:
+        with connection.cursor() as cur:
+            batch = _prepare(cur, pipeline)
+            cur.execute(sql.SQL("INSERT INTO {} VALUES (%s, 'w:1', NULL, 'no key', 1, 7)").format(
+                sinks.stage_table(pipeline)), (batch.id,))
+            batch = batch._replace(writers={**batch.writers, "sink": {"w:1": len(STAGED) + 1}})
+            with pytest.raises(SinkError, match=rf'sink {pipeline.sink.table}: .*null value in column "k".*'
+                                                r"\[SQLSTATE 23502\]") as refused:
+                sinks.move_to_sink(cur, pipeline, batch, with_outbox=True, max_record_bytes=1_000_000)
+            assert isinstance(refused.value, TerminalError)
+    finally:
+        connection.rollback()
+        connection.close()
         _drop(settings, pipeline)

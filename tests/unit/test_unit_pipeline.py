@@ -11,7 +11,8 @@ import pytest
 from eosbatch import registry
 from eosbatch.config import PIPELINES
 from eosbatch.exceptions import ConfigError, TerminalError
-from eosbatch.ledger.sinks import KeyColumn, KeyColumns, position_columns
+from eosbatch.ledger.exceptions import SinkError
+from eosbatch.ledger.sinks import Column, KeyColumn, KeyColumns, position_columns, validate_columns
 from eosbatch.pipeline import RESERVED_COLUMNS, KafkaOutput, KafkaSource, Pipeline, PostgresSink
 
 pytestmark = pytest.mark.unit
@@ -187,6 +188,23 @@ def test_load_of_a_missing_module_names_the_variable() -> None:
 def test_modules_are_read_from_the_variable() -> None:
     assert registry.modules({PIPELINES: " a.b , c,, "}) == ["a.b", "c"]
     assert registry.modules({}) == []
+
+
+# --- the transform's output columns ---
+
+
+@pytest.mark.parametrize(("names", "named"), [
+    (["id", "n", "n"], "more than once"),
+    (["id", "n" * 64], "longer than PostgreSQL's 63 bytes"),
+    (["id", "é" * 32], "longer than PostgreSQL's 63 bytes"),  # 64 bytes in 32 characters
+    (["id", "_eosbatch_seq"], "eosbatch's own"),
+])
+def test_output_columns_postgresql_would_cut_or_confuse_are_refused_naming_them(names, named) -> None:
+    sink = pipeline(sink=PostgresSink("t", key=["id"]), output=None)
+    with pytest.raises(SinkError, match=named) as info:
+        validate_columns(sink, [Column(n, "text") for n in names])
+    assert names[-1] in str(info.value)
+    validate_columns(sink, [Column(n, "text") for n in ["id", "n", "m" * 63]])  # the longest name that fits
 
 
 # --- position_columns ---------------------------------------------------------------------------------------
