@@ -117,3 +117,7 @@ class Scenario:
                 row = json.loads(record.value)
                 sums[row["customer_id"]] = sums.get(row["customer_id"], Decimal(0)) + Decimal(str(row["total_amount"]))
             assert sums == {k: v[0] for k, v in generate.expected_totals(orders).items()}
+        else:  # each key's last published value, in commit order, is its latest in the input: nothing lost
+            ordered = sorted(outputs, key=lambda r: int(r.headers.get("eosbatch.commit_seq", b"0")))
+            last = {(row := json.loads(r.value))["order_id"]: row["amount"] for r in ordered}
+            assert last == {k: v["amount"] for k, v in generate.expected_latest(orders).items()}

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -241,16 +240,13 @@ class Services:
 
 
 def verify(scenario: Scenario, recompute: bool = False) -> None:
-    """`eosbatch verify PIPELINE` must exit 0 (once the verifier exists on this branch; until then the independent
-    checks of Scenario.assert_exactly_once are the only judge, and the test warns). Its recompute of the sink from
+    """`eosbatch verify PIPELINE` must exit 0, beside the independent checks of Scenario.assert_exactly_once. Its
+    recompute of the sink from
     the committed input costs one more spark-submit per test, so it runs only where asked: the sink is already
     compared with the input by Scenario.assert_exactly_once."""
     done = subprocess.run([sys.executable, "-m", "eosbatch.cli", "verify", scenario.pipeline,
                            *([] if recompute else ["--no-recompute"])], env=scenario.env(),
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
-    if done.returncode == 2 and "invalid choice: 'verify'" in done.stderr:
-        warnings.warn("`eosbatch verify` does not exist on this branch yet: not run", stacklevel=2)
-        return
     assert done.returncode == 0, f"eosbatch verify {scenario.pipeline}: exit {done.returncode}\n" \
                                  f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 

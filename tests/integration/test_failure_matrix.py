@@ -9,6 +9,7 @@ import pytest
 
 from eosbatch import faults
 from eosbatch.verify import OpenTransaction, read_topic
+from tests.chaos.control import fired as fired_points
 from tests.scenario import Scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
@@ -39,11 +40,15 @@ def test_runner_killed_at_step_then_next_run_recovers_exactly_once(settings, uni
     scenario.assert_exactly_once()
 
 
-def test_spark_task_attempt_dies_after_writing_staging_rows(settings, unique):
+def test_spark_task_attempt_dies_after_writing_staging_rows(settings, unique, tmp_path):
     """An executor dies after its rows are committed to staging; Spark retries the task; only the
     successful attempt's rows count (the first attempt's stay in staging until finalize)."""
     scenario = Scenario(settings, unique, "totals")
+    fired = tmp_path / "fired"
+    scenario.env_overrides[faults.FIRED] = str(fired)  # carried into the Spark tasks with the fault
     result = scenario.run("process.mid_staging")
     assert result.returncode == 0, result.stderr[-3000:]
+    # The point is in an executor's Python worker: it died there (the runner went on), once.
+    assert [p for p, _ in fired_points(fired)] == ["process.mid_staging"], "the task attempt never died"
     scenario.assert_exactly_once()
     assert "published" in scenario.states()

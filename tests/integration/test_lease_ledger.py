@@ -96,8 +96,8 @@ def test_a_cli_holder_whose_process_is_gone_is_taken_over_before_its_expiry(sett
     dead = subprocess.Popen(["true"])
     dead.wait()
     gone = cli_owner(socket.gethostname(), dead.pid, "gone")
-    steps.recover(name, owner=gone)
-    assert steps.recover(name, owner=B) > 0  # the dead CLI never renews nor releases: no wait for its expiry
+    epoch = steps.recover(name, owner=gone)
+    assert steps.recover(name, owner=B) == epoch + 1  # the dead CLI never renews nor releases: no wait for it
     assert lease_row(settings, name)[0].owner == B and lease_row(settings, name)[1] == 1
     leases.release(config.load(), name, "regular", B)
     steps.recover(name, owner=cli_owner(socket.gethostname(), 1, "init"))  # pid 1 lives: wait for the expiry

@@ -109,7 +109,7 @@ def test_scheduler_killed_mid_process_then_runs_recover_exactly_once(scheduler: 
         time.sleep(0.5)
     else:
         raise AssertionError(f"process never started: {scheduler.tasks(dag, 'kill-1')}")
-    time.sleep(3)
+    time.sleep(3)  # into the 15 s its Spark tasks sleep: the kill lands mid-job (the ledger says "planned" below)
     killed = scheduler.kill_scheduler()
     # The task process and its Spark driver run in a process group of their own: they outlive the scheduler
     # as a zombie that may still stage the batch while Airflow retries the task. The protocol settles it.

@@ -98,9 +98,14 @@ def test_stop_reached_in_another_thread_freezes_that_thread_at_the_point(tmp_pat
 
 
 def test_no_fired_file_no_record_and_other_points_do_not_act(tmp_path):
+    fired = tmp_path / "fired"
     done = subprocess.run([sys.executable, "-c", SCRIPT], env={faults.FAULT: "publish.mid_produce:stop"},
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "survived" in done.stdout
+    other = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60,
+                           env={faults.FAULT: "publish.mid_produce:stop", faults.FIRED: str(fired)})
+    assert other.returncode == 0 and "survived" in other.stdout
+    assert not fired.exists(), "a point that did not act recorded itself"
 
 
 def test_a_carried_fault_acts_in_a_python_worker_that_passed_the_point_in_an_earlier_run(tmp_path):

@@ -38,8 +38,25 @@ def test_binary_copy_is_one_pgcopy_stream_of_every_row() -> None:
     assert rows == 5
     assert data.startswith(b"PGCOPY\n\xff\r\n\x00")  # the binary COPY signature
     assert data.endswith(b"\xff\xff")  # the trailer: a field count of -1
-    tuples = data.count(struct.pack(">h", 7))  # 7 fields per tuple (2 tags + 5 columns), as a 16-bit count
-    assert tuples >= 5
+    assert _field_counts(data) == [7] * 5  # one tuple per row, each of 2 tags + 5 columns, nothing twice
+
+
+def _field_counts(data: bytes) -> list[int]:
+    """Walk a binary COPY stream (signature, flags, extension, tuples of length-prefixed fields, trailer):
+    each tuple's field count, in order; it fails on any byte that does not fit the format."""
+    assert data[:11] == b"PGCOPY\n\xff\r\n\x00"
+    (extension,) = struct.unpack_from(">I", data, 15)
+    at, counts = 19 + extension, []
+    while True:
+        (fields,) = struct.unpack_from(">h", data, at)
+        at += 2
+        if fields == -1:
+            assert at == len(data), "bytes after the trailer"
+            return counts
+        for _ in range(fields):
+            (length,) = struct.unpack_from(">i", data, at)
+            at += 4 + max(length, 0)
+        counts.append(fields)
 
 
 def test_binary_copy_of_nothing_writes_nothing() -> None:
