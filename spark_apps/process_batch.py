@@ -10,10 +10,11 @@ from eosbatch.spark import entry
 from eosbatch.spark.app import process
 
 
-def _process(pipeline: str, batch_id: str) -> None:
+def _process(pipeline: str, batch_id: str) -> dict[str, int]:
+    """The batch's counts, handed back to the runner (eosbatch.engine.submit), which logs them."""
     if not batch_id.isdigit():
         raise ConfigError("BATCH_ID", f"must be a batch id, got {batch_id!r}")
-    process(pipeline, int(batch_id))
+    return process(pipeline, int(batch_id))
 
 
 if __name__ == "__main__":

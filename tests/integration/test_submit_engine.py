@@ -24,6 +24,8 @@ def test_spark_submit_runs_share_one_pipeline_log_and_leave_no_files(settings, u
     scenario.assert_exactly_once()
     batches = [batch_id for batch_id, _, state in scenario.batches() if state == "published"]
     assert len(batches) == 3
+    for batch_id in batches:  # the driver hands its counts back: the runner logs them as with Connect
+        assert f"batch {batch_id}: read " in done.stdout and " dead letters" in done.stdout, done.stdout[-3000:]
 
     log = logs / f"{scenario.pipeline}.log"
     assert sorted(p.name for p in logs.glob(f"{scenario.pipeline}*")) == [log.name]
