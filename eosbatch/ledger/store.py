@@ -18,6 +18,7 @@ import psycopg2.extras
 from eosbatch.config import Settings, redact
 from eosbatch.ledger import errors as ledger_errors
 from eosbatch.ledger.exceptions import BatchNotFound, LedgerSchemaMissing, LedgerUnavailable, OffsetMismatch, StaleEpoch
+from eosbatch.protocol.exceptions import IllegalTransition
 from eosbatch.protocol.lease import Lease
 from eosbatch.protocol.ranges import OffsetRange, TopicPartition
 from eosbatch.protocol.sources import Incarnation, Reset, SourceTopic, TopicReset
@@ -418,14 +419,17 @@ def set_state(cur: Cursor, batch: Batch, target: BatchState, **fields: Any) -> B
     check_transition(batch.id, batch.state, target)
     assignments = ", ".join(f"{name} = %s" for name in fields)  # names are this module's callers', not input
     values = [json.dumps(v) if name == "writers" else v for name, v in fields.items()]
-    cur.execute(
-        f"UPDATE eosbatch.batches SET state = %s, updated_at = now(){', ' if fields else ''}{assignments} "  # noqa: S608
-        "WHERE id = %s AND state = %s",
-        (target, *values, batch.id, batch.state),
-    )
+    update = (f"UPDATE eosbatch.batches SET state = %s, updated_at = now(){', ' if fields else ''}{assignments} "  # noqa: S608
+              "WHERE id = %s AND state = %s")
+    cur.execute(update, (target, *values, batch.id, batch.state))
     if cur.rowcount != 1:
-        current = get_batch(cur, batch.id)
+        # Moved meanwhile (a Spark driver marked it staged while recovery aborts it): move it from where it
+        # is now if the protocol allows that, under its row lock; never report a move that did not happen.
+        current = get_batch(cur, batch.id, lock=True)
         check_transition(batch.id, current.state, target)
+        cur.execute(update, (target, *values, batch.id, current.state))
+        if cur.rowcount != 1:
+            raise IllegalTransition(batch.id, current.state, target)
     return batch._replace(state=target, **fields)
 
 
