@@ -3,6 +3,8 @@ where they enter, by class name, so that the mapping needs no Spark import (pure
 
 from __future__ import annotations
 
+import os
+
 from eosbatch.engine.exceptions import EngineUnavailable, SparkJobFailed, TransformError
 from eosbatch.exceptions import EosbatchError
 
@@ -33,9 +35,23 @@ def map_spark_error(exc: BaseException, where: str) -> EosbatchError:
     """The eosbatch error for an exception that came out of Spark while running `where`."""
     if isinstance(exc, EosbatchError):
         return exc
+    if type(exc).__module__.partition(".")[0] == "psycopg2":  # the driver's own ledger or sink statement
+        return _postgres_error(exc)
     names, line = _names(exc), first_line(exc)
     if names & _TERMINAL:
         return TransformError(f"{where}: {type(exc).__name__}: {line}")
     if names & _UNAVAILABLE or any(mark in str(exc) for mark in _SESSION_GONE):
         return EngineUnavailable(f"{where}: the Spark engine is unavailable ({type(exc).__name__}: {line})")
     return SparkJobFailed(f"{where}: {type(exc).__name__}: {line}")
+
+
+def _postgres_error(exc: BaseException) -> EosbatchError:
+    """A psycopg2 error the driver's code left to its caller: the database unreachable or refusing (as the
+    ledger maps it), else a statement PostgreSQL refuses (a sink table that cannot take the columns), which
+    refuses it again on a retry."""
+    from eosbatch import config
+    from eosbatch.exceptions import TerminalError
+    from eosbatch.ledger.errors import to_eosbatch
+
+    where = config.redact(os.environ.get(config.DATABASE_URL, "") or "the ledger's database")
+    return to_eosbatch(exc, where) or TerminalError(f"PostgreSQL at {where}: {first_line(exc)}")
