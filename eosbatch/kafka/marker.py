@@ -102,9 +102,8 @@ def delete_group(settings: Settings, group: str, log: Callable[[str], None]) -> 
     """Delete a marker group that is no longer needed; best effort (a failure leaves only clutter)."""
     forget(settings, group)
     client = clients.admin(settings)  # held until the answer: a dropped client never resolves its futures
-    future = client.delete_consumer_groups([group], request_timeout=30)[group]
     try:
-        future.result(timeout=60)
+        client.delete_consumer_groups([group], request_timeout=30)[group].result(timeout=60)
     except TimeoutError:
         log(f"marker group {group} not deleted (no answer in 60 s); it is safe to delete it by hand")
         return False

@@ -16,6 +16,7 @@ import psycopg2.extensions
 import psycopg2.extras
 
 from eosbatch.config import Settings, redact
+from eosbatch.exceptions import EosbatchError
 from eosbatch.ledger import errors as ledger_errors
 from eosbatch.ledger.exceptions import BatchNotFound, LedgerSchemaMissing, LedgerUnavailable, OffsetMismatch, StaleEpoch
 from eosbatch.protocol.exceptions import IllegalTransition
@@ -314,12 +315,13 @@ def check_lane_epoch(cur: Cursor, batch: Batch, epoch: int) -> None:
 
 
 def record_error(settings: Settings, batch_id: int, error: str) -> None:
-    """Note why a committed batch cannot be published (best effort: the error is raised anyway)."""
+    """Note why a committed batch cannot be published (best effort: the error is raised anyway, and a failure
+    to note it must not take its place)."""
     try:
         with transaction(settings) as cur:
             cur.execute("UPDATE eosbatch.batches SET error = %s, updated_at = now() WHERE id = %s "
                         "AND state = 'committed'", (error[:2000], batch_id))
-    except LedgerUnavailable:
+    except (EosbatchError, psycopg2.Error):
         pass
 
 
