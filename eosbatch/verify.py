@@ -135,7 +135,9 @@ def check_output(settings: Settings, pipeline: str, topic: str, records: list[Re
     """Every published batch's records appear exactly once among read_committed records, and no other.
 
     The expected count is the one the commit fixed (`outbox_records`, written in the commit transaction),
-    never the count the publisher reported: a publisher that produced nothing must not pass."""
+    not the count the publisher reported: a publisher that produced nothing must not pass. (A batch committed
+    by an eosbatch older than the outbox has no such count; the publisher's own is all there is for it.)
+    This holds publish to the commit; `audit`'s recompute holds the commit to the input."""
     records = read_topic(settings, topic) if records is None else records
     ours = _ours(records, pipeline)
     # (batch, seq) identifies an output record; a batch from before the outbox has no seq: (batch, key).
