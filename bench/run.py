@@ -438,31 +438,45 @@ def run_peer(settings: Settings, args: list[str]) -> tuple[dict[str, Any], float
         return json.loads(result.read_text()), wall
 
 
-def _eosbatch_round(settings: Settings, run: Run, partitions: int, overlap: bool) -> tuple[float, cpu.Usage]:
+class Variant(NamedTuple):
+    """Another way to run eosbatch in each peer round, a run per round."""
+    label: str      # what the table says it is
+    short: str      # its rows in the CPU table
+    runs: list[Run]
+    overlap: bool   # EOSBATCH_OVERLAP: the run's batches' steps side by side
+    early: bool     # EOSBATCH_EARLY_PUBLISH: the batch produced while it commits
+
+
+def _eosbatch_round(settings: Settings, run: Run, partitions: int, overlap: bool, early: bool = False
+                    ) -> tuple[float, cpu.Usage]:
     ensure_topics(settings, {run.output: partitions})
-    summary, seconds, used = _measured(steps.run, run.name, overlap=overlap)
+    os.environ[config.EARLY_PUBLISH] = "1" if early else "0"  # read by the run's config.load()
+    try:
+        summary, seconds, used = _measured(steps.run, run.name, overlap=overlap)
+    finally:
+        os.environ.pop(config.EARLY_PUBLISH)
     if summary.records_read != run.records:
         raise RuntimeError(f"{run.name}: read {summary.records_read} of {run.records}")
     return seconds, used
 
 
 def compare_with_peer(settings: Settings, runs: list[Run], partitions: int, padding: int,
-                      overlapped: dict[int, list[Run]] | None = None) -> str:
+                      variants: list[Variant] | None = None) -> str:
     """eosbatch (one `steps.run`, plan..publish, exactly-once) and the Structured Streaming peer (one
-    availableNow trigger, at-least-once) over the SAME input topic, alternating, a round per run. With
-    `overlapped` ({K: a run per round}), each round also runs eosbatch as K batches with overlapped steps."""
+    availableNow trigger, at-least-once) over the SAME input topic, alternating, a round per run. Each round
+    also runs each of `variants` (K batches with overlapped steps; one batch published while it commits)."""
     topic, records = runs[0].topic, runs[0].records
     generate(settings, topic=topic, records=records, partitions=partitions, transaction_size=TRANSACTION_SIZE,
              abort_every=0, malformed_every=0, value_padding=padding)
-    overlapped = overlapped or {}
+    variants = variants or []
     rows: list[list[str]] = []
     ratios: list[float] = []
     usages: list[tuple[float, cpu.Usage, float, cpu.Usage]] = []
-    lapped: dict[int, list[tuple[float, cpu.Usage]]] = {k: [] for k in overlapped}
+    lapped: list[list[tuple[float, cpu.Usage]]] = [[] for _ in variants]
     for i, run in enumerate(runs):
         ours, our_cpu = _eosbatch_round(settings, run, partitions, overlap=False)
-        for k, lapped_runs in overlapped.items():
-            lapped[k].append(_eosbatch_round(settings, lapped_runs[i], partitions, overlap=True))
+        for variant, timed in zip(variants, lapped, strict=True):
+            timed.append(_eosbatch_round(settings, variant.runs[i], partitions, variant.overlap, variant.early))
         peer_out = f"{run.name}_peer_out"
         ensure_topics(settings, {peer_out: partitions})
         (result, wall), _, peer_cpu = _measured(run_peer, settings, [
@@ -489,16 +503,15 @@ def compare_with_peer(settings: Settings, runs: list[Run], partitions: int, padd
                 "ratio (rec/s)", "ratio vs trigger", "eosbatch CPU-s", "peer CPU-s"], rows),
         f"median ratio eosbatch/peer records/s: {median:.2f} (peer s includes its JVM and session start, as "
         "a scheduled spark-submit pays it; 'ratio vs trigger' holds eosbatch against the trigger alone)"]
-    for k, timed in lapped.items():
+    for variant, timed in zip(variants, lapped, strict=True):
         over = [[f"round {i + 1}", f"{s:.1f}", f"{records / s:,.0f}", f"{u[0] / s:.2f}", f"{u[2] / s:.2f}",
                  f"{used.machine:.1f}", f"{used.machine / s:.2f}"]
                 for i, ((s, used), u) in enumerate(zip(timed, usages, strict=True))]
-        cpu_rows += [_cpu_row(f"round {i + 1} overlapped x{k}", s, used) for i, (s, used) in enumerate(timed)]
-        text += ["", f"the same rounds, eosbatch as {k} batches with their steps overlapped (EOSBATCH_OVERLAP, "
-                 "run between the one-batch run and the peer):",
-                 _table(["", "overlapped s", "rec/s", "vs one batch", "ratio vs peer (rec/s)", "CPU-s",
+        cpu_rows += [_cpu_row(f"round {i + 1} {variant.short}", s, used) for i, (s, used) in enumerate(timed)]
+        text += ["", f"the same rounds, eosbatch as {variant.label} (run between the one-batch run and the peer):",
+                 _table(["", "eosbatch s", "rec/s", "vs one batch", "ratio vs peer (rec/s)", "CPU-s",
                          "cores busy"], over),
-                 f"median ratio of {k} overlapped batches vs the peer, records/s: "
+                 f"median ratio of {variant.label} vs the peer, records/s: "
                  f"{statistics.median(u[2] / s for (s, _), u in zip(timed, usages, strict=True)):.2f}"]
     return "\n".join([
         *text, "",
@@ -688,6 +701,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--overlap", default="2", metavar="K[,K...]",
                         help="each peer round also runs eosbatch as K batches with overlapped steps, for each K "
                              "(default %(default)s; 0: none)")
+    parser.add_argument("--early", action=argparse.BooleanOptionalAction, default=True,
+                        help="each peer round also runs eosbatch as one batch published while it commits "
+                             "(EOSBATCH_EARLY_PUBLISH; default on)")
     parser.add_argument("--tiny", action="store_true",
                         help="only the fixed cost per micro-batch: 10 batches of 100 records, eosbatch vs peer")
     args = parser.parse_args(argv)
@@ -713,13 +729,18 @@ def main(argv: list[str] | None = None) -> None:
     peers = [Run(f"{prefix}_p{i}", args.records) for i in range(args.peer_rounds)]
     splits = [int(k) for k in args.overlap.split(",") if int(k) > 0]
     lapped = {k: [Run(f"{prefix}_o{k}x{i}", args.records) for i in range(args.peer_rounds)] for k in splits}
+    variants = [Variant(f"{k} batches with their steps overlapped (EOSBATCH_OVERLAP)", f"overlapped x{k}", rs,
+                        True, False) for k, rs in lapped.items()]
+    if args.early:
+        variants.append(Variant("one batch published while it commits (EOSBATCH_EARLY_PUBLISH)", "early publish",
+                                [Run(f"{prefix}_e{i}", args.records) for i in range(args.peer_rounds)], False, True))
     warm = [Run(f"{prefix}_warm{i}", args.warm_up) for i in range(args.warm_up_runs)]
-    _define(runs + peers + [r for rs in lapped.values() for r in rs] + warm, args.partitions)
-    # The warm-up runs read one topic; every peer round, and its overlapped runs, the first round's topic, an
+    _define(runs + peers + [r for v in variants for r in v.runs] + warm, args.partitions)
+    # The warm-up runs read one topic; every peer round, and its variants' runs, the first round's topic, an
     # overlapped run's batches being 1/K of it.
     split = {r.name: k for k, rs in lapped.items() for r in rs}
     topics = {**{r.name: warm[0].topic for r in warm},
-              **{name: peers[0].topic for name in [*split, *(r.name for r in peers)]}}
+              **{r.name: peers[0].topic for r in [*peers, *(r for v in variants for r in v.runs)]}}
     specs = json.loads(os.environ[PIPELINES_ENV])
     for spec in specs:
         spec["topic"] = topics.get(spec["name"], spec["topic"])
@@ -740,7 +761,7 @@ def main(argv: list[str] | None = None) -> None:
         footprints[run.records] = footprint(settings, run, args.partitions, padding)
     print("\n" + report(generated, timings, copies, produce, footprints))
     if peers:
-        print("\n" + compare_with_peer(settings, peers, args.partitions, padding, lapped), flush=True)
+        print("\n" + compare_with_peer(settings, peers, args.partitions, padding, variants), flush=True)
     if not args.keep:
         _cleanup(settings, prefix)
 

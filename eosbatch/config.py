@@ -24,6 +24,7 @@ STAGING_WRITERS = "EOSBATCH_STAGING_WRITERS"  # at most this many Spark tasks st
 COMPACT_EVERY = "EOSBATCH_COMPACT_EVERY"  # compact the ledger after every N-th commit of a pipeline (0: never)
 COMPACT_AFTER_DAYS = "EOSBATCH_COMPACT_AFTER_DAYS"  # ... of the published batches committed longer ago than this
 OVERLAP = "EOSBATCH_OVERLAP"  # `eosbatch run` overlaps its batches' steps (process N+1 | commit N | publish N-1)
+EARLY_PUBLISH = "EOSBATCH_EARLY_PUBLISH"  # a batch's Kafka transaction is filled while its commit runs
 DEFAULT_COMPACT_EVERY = 1000
 DEFAULT_COMPACT_AFTER_DAYS = 7.0
 
@@ -78,6 +79,9 @@ class Settings(NamedTuple):
     compact_after_days: float = DEFAULT_COMPACT_AFTER_DAYS
     # A run of several batches keeps one batch in each step at once (eosbatch.overlap); off: one after another.
     overlap: bool = False
+    # One batch at a time: its records are produced into its open Kafka transaction while PostgreSQL commits
+    # it, and the Kafka transaction commits only after PostgreSQL's COMMIT (steps.commit_and_publish).
+    early_publish: bool = False
 
     def kafka(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings for a client: bootstrap + the user's extra config + the caller's needs."""
@@ -184,7 +188,8 @@ def load(env: dict[str, str] | None = None) -> Settings:
     return Settings(url, bootstrap, extra, master, _transaction_timeout(env), connect_timeout_s(env), log_dir,
                     _lease_seconds(env.get(LEASE_SECONDS, "").strip()), _spark_remote(env.get(SPARK_REMOTE, "")),
                     _spark_jars(env.get(SPARK_JARS, "")), _staging_writers(env.get(STAGING_WRITERS, "").strip()),
-                    *_compaction(env), _flag(OVERLAP, env.get(OVERLAP, "")))
+                    *_compaction(env), _flag(OVERLAP, env.get(OVERLAP, "")),
+                    _flag(EARLY_PUBLISH, env.get(EARLY_PUBLISH, "")))
 
 
 def _flag(name: str, raw: str) -> bool:

@@ -7,6 +7,7 @@ safe to re-run: it reads the batch's state first and does only what is left.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -21,7 +22,7 @@ from eosbatch.bulk import paused_gc
 from eosbatch.exceptions import EosbatchError, Fenced, TerminalError
 from eosbatch.kafka import marker, offsets
 from eosbatch.kafka.exceptions import MarkerExpired
-from eosbatch.kafka.publisher import Headers, publishing
+from eosbatch.kafka.publisher import Headers, TransactionalPublisher, TxnState, publishing
 from eosbatch.kafka.publisher import release as release_publishers
 from eosbatch.ledger import sinks, store, stream
 from eosbatch.ledger.exceptions import NotStaged, OffsetMismatch, RangeConflict, StagingLost
@@ -193,6 +194,11 @@ def process(pipeline_name: str, batch_id: int, log: Log = _quiet) -> None:
 def commit(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
     """The decision point: one PostgreSQL transaction moves results, dead letters, the outbox and offsets
     together, after proving that staging still holds every row the batch staged."""
+    return _commit(pipeline_name, batch_id, log)[0]
+
+
+def _commit(pipeline_name: str, batch_id: int, log: Log) -> tuple[store.Batch, bool]:
+    """`commit`, and whether this call committed the batch (False: it was committed or published already)."""
     settings = config.load()
     pipeline = registry.get(pipeline_name)
     # Asked before the transaction: a record the output cannot take is caught here, not after COMMIT.
@@ -202,7 +208,7 @@ def commit(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
             batch = store.get_batch(cur, batch_id, lock=True)
             if batch.state in ("committed", "published"):
                 log(f"batch {batch_id}: already {batch.state}")
-                return batch
+                return batch, False
             store.check_epoch(cur, batch, lock=True)
             if batch.state != "staged":
                 raise NotStaged(f"batch {batch_id} is {batch.state}; only a staged batch can be committed")
@@ -237,7 +243,7 @@ def commit(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
     faults.point("commit.after_commit")
     log(f"batch {batch_id}: committed {moved.sink_rows} sink rows, {dead} dead letters, "
         f"{moved.outbox} output records (commit #{sequence})")
-    return batch
+    return batch, True
 
 
 # ---------------------------------------------------------------- publish and finalize
@@ -255,14 +261,20 @@ def _outbox(settings: config.Settings, pipeline: Pipeline, batch: store.Batch, c
         finally:
             connection.close()
         return
-    single_topic = pipeline.source.topics[0].encode() if len(pipeline.source.topics) == 1 else None
     if batch.outbox_columns is not None:
         query: sql.Composable = sinks.outbox_query(pipeline, batch.outbox_columns)
     else:  # committed before the typed outbox (ledger revision 0008): its records are JSON already
         query = sql.SQL("SELECT seq::text, key, value, source_topic, source_partition::text, "
                         "source_offset::text FROM eosbatch.outbox WHERE batch_id = %s")
     # Text as bytes, numbers rendered by the server: no decoding and encoding per field here.
-    for rows in stream.chunks(settings, query, (batch.id,), OUTBOX_CHUNK, text_as_bytes=True):
+    yield from _outgoing(stream.chunks(settings, query, (batch.id,), OUTBOX_CHUNK, text_as_bytes=True), pipeline,
+                         common)
+
+
+def _outgoing(chunks: Iterator[list[tuple[Any, ...]]], pipeline: Pipeline, common: Headers) -> Iterator[Outgoing]:
+    """Rows of (seq, key, record, source topic, partition, offset) as records to produce, with their headers."""
+    single_topic = pipeline.source.topics[0].encode() if len(pipeline.source.topics) == 1 else None
+    for rows in chunks:
         for seq, key, value, topic, partition, offset in rows:
             if partition is None:  # no source position (an aggregate)
                 yield key, value, [*common, (HEADER_SEQ, seq)]
@@ -293,6 +305,82 @@ def publish(pipeline_name: str, batch_id: int, log: Log = _quiet, epoch: int | N
     """Publish a committed batch in one Kafka transaction together with its marker; then finalize."""
     outcome = publish_to_kafka(pipeline_name, batch_id, log, epoch, ignore_expired_marker)
     return finalize(pipeline_name, batch_id, outcome, log)
+
+
+def commit_and_publish(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
+    """commit, publish and finalize a staged batch, its records produced into its open Kafka transaction
+    while PostgreSQL commits it (EOSBATCH_EARLY_PUBLISH): the commit holds one core, producing takes the other.
+
+    The order that matters stays: the Kafka transaction commits only after PostgreSQL's COMMIT, and only if
+    it holds what the outbox holds. Its records are read from staging as the commit will write them
+    (sinks.early_outbox_query, None where that is not exact: then commit and publish as usual). The outbox
+    holds a subset of them (the rows the sink stored, each as it came), so equal counts make them the same
+    records; with another count (a row the sink refused as older, one too big to publish), another commit
+    sequence number (the other lane committed meanwhile) or a failed produce, the Kafka transaction is
+    aborted and the batch published from its outbox, as always. A crash before the Kafka commit leaves a
+    transaction that the lane's next init_transactions() aborts: before the COMMIT the batch is aborted and
+    planned again, after it the batch is published from its outbox (DESIGN.md's failure matrix)."""
+    settings = config.load()
+    pipeline = registry.get(pipeline_name)
+    query = None
+    with store.transaction(settings) as cur:
+        batch = store.get_batch(cur, batch_id)
+        if batch.state == "staged" and batch.publish and lane(batch.kind) == "regular":
+            store.check_lane_epoch(cur, batch, batch.epoch)  # a resumed zombie stops before fencing anyone
+            query = sinks.early_outbox_query(cur, pipeline, batch)
+            cur.execute("SELECT commit_seq + 1 FROM eosbatch.pipelines WHERE name = %s", (pipeline.name,))
+            sequence = int(cur.fetchone()[0])
+    if query is None or pipeline.output is None:
+        commit(pipeline_name, batch_id, log)
+        return publish(pipeline_name, batch_id, log)
+    check_output_topic(settings, pipeline)
+    topic = pipeline.output.topic
+    headers: Headers = [(HEADER_PIPELINE, pipeline.name.encode()), (HEADER_BATCH, str(batch_id).encode()),
+                        (HEADER_COMMIT_SEQ, str(sequence).encode())]
+    params = {"batch": batch.id, "writers": batch.writer_tags("sink")}
+    produced: dict[str, Any] = {}
+
+    def produce(publisher: TransactionalPublisher) -> None:
+        try:
+            chunks = stream.chunks(settings, query, params, OUTBOX_CHUNK, text_as_bytes=True)
+            produced["count"] = publisher.produce(topic, _outgoing(chunks, pipeline, headers), [])
+        except BaseException as exc:  # noqa: BLE001 - the commit decides; this only stops the early publish
+            produced["error"] = exc
+
+    published = None
+    with publishing(settings, transactional_id(pipeline, batch),
+                    owner=f"batch {batch_id} of pipeline {pipeline.name!r}") as publisher:
+        publisher.begin()
+        producer = threading.Thread(target=produce, args=(publisher,), name=f"eosbatch-early-publish-{batch_id}")
+        with paused_gc():
+            producer.start()
+            try:
+                committed, by_us = _commit(pipeline_name, batch_id, log)
+            except BaseException:
+                producer.join()
+                if publisher.state is TxnState.IN_TXN:  # a fatal or fenced producer is closed on the way out
+                    with contextlib.suppress(EosbatchError):
+                        publisher.abort()
+                raise
+            producer.join()
+        why = ("the commit was another run's" if not by_us else
+               f"producing failed ({produced['error']})" if "error" in produced else
+               f"the outbox holds {committed.outbox_records} records, {produced['count']} were produced"
+               if committed.outbox_records != produced["count"] else
+               f"the commit took sequence #{committed.commit_seq}, not #{sequence}"
+               if committed.commit_seq != sequence else None)
+        if why is None:
+            publisher.commit(settings, committed.marker_group, list(committed.ranges), marker_metadata(batch_id))
+            faults.point("publish.after_kafka_commit")
+            published = produced["count"]
+            log(f"batch {batch_id}: published {published} records (produced while it committed)")
+        else:
+            if publisher.state is TxnState.IN_TXN:
+                publisher.abort()
+            log(f"batch {batch_id}: early publish dropped ({why}); publishing from the outbox")
+    if published is None:
+        return publish(pipeline_name, batch_id, log)
+    return finalize(pipeline_name, batch_id, published, log)
 
 
 def publish_to_kafka(pipeline_name: str, batch_id: int, log: Log = _quiet, epoch: int | None = None,
@@ -463,6 +551,8 @@ def run_batch(pipeline_name: str, batch: store.Batch, log: Log = _quiet, owner: 
         with aborted_on_failure(pipeline_name, batch.id):
             process(pipeline_name, batch.id, log)
             lease.check()
+            if settings.early_publish:
+                return commit_and_publish(pipeline_name, batch.id, log)  # a committed batch is never aborted
             commit(pipeline_name, batch.id, log)
         lease.check()
         return publish(pipeline_name, batch.id, log)

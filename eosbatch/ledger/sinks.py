@@ -688,6 +688,51 @@ def outbox_query(pipeline: Pipeline, columns: list[str]) -> sql.Composed:
         batch=sql.Identifier(BATCH_COLUMN))
 
 
+def early_outbox_query(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Composed | None:
+    """The records the commit of this staged batch will write to its outbox, read from staging before it
+    commits, rendered as `outbox_query` renders the outbox (seq, key, record, source); None where they might
+    differ, so that only the outbox can say.
+
+    Exact when every row the batch brings is stored as it is, which the caller checks after the commit (the
+    outbox holds as many records as this query returns): a replace sink stores a batch row as it comes (the
+    plain INSERT, or the upsert's `SET c = EXCLUDED.c` for every column), converted to the sink's column types
+    exactly as these casts convert it (typmods included: a numeric(10,2) rounds the same way). Not for an
+    accumulate sink (it stores sums), nor for a sink with triggers or rules of its own (they may change the
+    row it stores), nor for a key under a nondeterministic collation (DISTINCT ON may then pick either of two
+    keys it calls equal, and this query and the commit's might differ). Only seq differs: it numbers the
+    records in this query's order, a permutation."""
+    if pipeline.output is None or pipeline.sink.mode != "replace":
+        return None
+    cur.execute("SELECT EXISTS (SELECT FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation "
+                "WHERE a.attrelid = to_regclass(%s) AND a.attname = ANY(%s) AND NOT c.collisdeterministic)",
+                (stage_table(pipeline).as_string(cur.connection), list(pipeline.sink.key)))
+    if cur.fetchone()[0]:
+        return None
+    table = sink_table(pipeline)
+    schema, name = table.strings
+    cur.execute("SELECT c.oid, EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal) "
+                "OR EXISTS (SELECT FROM pg_rewrite r WHERE r.ev_class = c.oid) FROM pg_class c JOIN pg_namespace n "
+                "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s", (schema, name))
+    found = cur.fetchone()
+    if found is None or found[1]:
+        return None
+    columns = batch_columns(cur, pipeline, batch)
+    cur.execute("SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s "
+                "AND attnum > 0 AND NOT attisdropped", (found[0],))
+    sink_types = dict(cur.fetchall())
+    rows, out = _batch_rows(pipeline, columns, bytewise=key_columns(cur, pipeline).bytewise)
+    if not columns or any(c not in sink_types for c in out):
+        return None
+    position = position_columns(out)
+    source = [sql.SQL("r.{}::text").format(sql.Identifier(c)) if c in position else sql.SQL("NULL")
+              for c in ("topic", "partition", "offset")]
+    casts = sql.SQL(", ").join(sql.SQL("CAST(c.{n} AS {t}) AS {n}").format(n=sql.Identifier(c),
+                                                                           t=sql.SQL(sink_types[c])) for c in out)
+    return sql.SQL("SELECT (row_number() OVER ())::text, r.{okey}::text, row_to_json(r.*)::text, {src} "
+                   "FROM ({rows}) c CROSS JOIN LATERAL (SELECT {casts}) r").format(
+        okey=sql.Identifier(pipeline.output.key), src=sql.SQL(", ").join(source), rows=rows, casts=casts)
+
+
 def legacy_outbox(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Composed | None:
     """A batch committed by eosbatch < 0.2 has no outbox rows: its output is still computed from staging."""
     assert pipeline.output is not None

@@ -44,7 +44,7 @@ def wait(connection: Any, timeout_s: float | None = None) -> None:
             raise psycopg2.OperationalError(f"unexpected poll state {state}")
 
 
-def chunks(settings: Settings, query: sql.Composable, params: tuple[Any, ...], size: int,
+def chunks(settings: Settings, query: sql.Composable, params: tuple[Any, ...] | dict[str, Any], size: int,
            text_as_bytes: bool = False) -> Iterator[list[tuple[Any, ...]]]:
     """The query's rows, `size` at a time, from a cursor in a read-only transaction of a connection of its
     own. While the caller works on a chunk, PostgreSQL computes the next one. `text_as_bytes`: text arrives
@@ -57,7 +57,7 @@ def chunks(settings: Settings, query: sql.Composable, params: tuple[Any, ...], s
             psycopg2.extensions.register_type(psycopg2.extensions.BYTES, cursor)
         fetch = sql.SQL("FETCH FORWARD {} FROM eosbatch_stream").format(sql.Literal(size))
 
-        def run(statement: sql.Composable, args: tuple[Any, ...] | None = None) -> None:
+        def run(statement: sql.Composable, args: tuple[Any, ...] | dict[str, Any] | None = None) -> None:
             cursor.execute(statement, args)
             wait(connection)
 

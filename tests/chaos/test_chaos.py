@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from eosbatch import config
 from eosbatch.ledger import store
 from tests.chaos.control import ROOT, end_exactly_once, wait_until
 from tests.chaos.control import session as control_session
@@ -120,6 +121,34 @@ def test_postgres_crash_at_fault_point_then_recovery(settings, unique, services,
     end_exactly_once(scenario, recompute=(point, recovery) == ("process.after_staged", "retry"))
 
 
+# EOSBATCH_EARLY_PUBLISH: the batch's Kafka transaction is filled while PostgreSQL commits it
+EARLY = [
+    ("commit.before_commit", "staged"),     # records in the open Kafka transaction, the COMMIT never sent
+    ("commit.after_commit", "committed"),   # COMMIT done, the Kafka transaction still open
+    ("publish.mid_produce", None),          # the producing thread, all records flushed; the commit may be done
+]
+
+
+@pytest.mark.parametrize(("point", "left"), EARLY, ids=[e[0] for e in EARLY])
+def test_postgres_crash_mid_early_publish_then_recovery(settings, unique, services, runners, point, left):
+    """The runner is frozen inside an early publish (its Kafka transaction open, the commit beside it at
+    `point`); PostgreSQL stops like a power cut and restarts; the runner is SIGKILLed. The next run's
+    init_transactions() aborts the open transaction: the batch is planned again, or published from its
+    outbox, once."""
+    scenario = Scenario(settings, unique, "latest", records=RECORDS, batch=BATCH)
+    scenario.env_overrides[config.EARLY_PUBLISH] = "1"
+    first = runners.start(scenario, fault=f"{point}:stop")
+    first.stopped_at(point)
+    services.crash_postgres()
+    first.kill()
+    assert first.fired_points() == [point]
+    [(batch_id, _, state)] = scenario.batches()
+    assert state == left if left else state in ("staged", "committed"), f"batch {batch_id} is {state}"
+    done = scenario.run()
+    assert done.returncode == 0, done.stderr[-3000:]
+    end_exactly_once(scenario)
+
+
 @pytest.mark.parametrize("engine", ["connect"], indirect=True)  # three spark-submits per run would be minutes
 def test_postgres_crash_with_overlapped_batches_in_flight(settings, unique, services, runners, engine):
     """An overlapped run (eosbatch.overlap) is frozen inside its second commit, with the third batch planned or
@@ -141,10 +170,14 @@ def test_postgres_crash_with_overlapped_batches_in_flight(settings, unique, serv
 
 # ---------------------------------------------------------------- b. the broker dies mid-publish
 
-def test_broker_sigkilled_mid_publish_then_restarted(settings, unique, services, runners):
+@pytest.mark.parametrize("early", [False, True], ids=["publish-after-commit", "early-publish"])
+def test_broker_sigkilled_mid_publish_then_restarted(settings, unique, services, runners, early):
     """Records of the open Kafka transaction are in the log; the broker dies with kill -9 and comes back; the
-    runner resumes: it commits, or fails with an eosbatch error (the next run publishes), never half of both."""
-    scenario = Scenario(settings, unique, "totals", records=RECORDS, batch=BATCH)
+    runner resumes: it commits, or fails with an eosbatch error (the next run publishes), never half of both.
+    Early publish: the records were produced while the commit ran beside them."""
+    scenario = Scenario(settings, unique, "latest" if early else "totals", records=RECORDS, batch=BATCH)
+    if early:
+        scenario.env_overrides[config.EARLY_PUBLISH] = "1"
     first = runners.start(scenario, fault="publish.mid_produce:stop")
     frozen = first.stopped_at("publish.mid_produce")
     services.kill_broker()

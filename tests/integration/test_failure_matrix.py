@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from eosbatch import faults
+from eosbatch import config, faults
 from eosbatch.verify import OpenTransaction, read_topic
 from tests.chaos.control import fired as fired_points
 from tests.scenario import Scenario
@@ -52,3 +52,29 @@ def test_spark_task_attempt_dies_after_writing_staging_rows(settings, unique, tm
     assert [p for p, _ in fired_points(fired)] == ["process.mid_staging"], "the task attempt never died"
     scenario.assert_exactly_once()
     assert "published" in scenario.states()
+
+
+@pytest.mark.parametrize(("fault", "left"), [
+    (None, "published"),
+    ("commit.before_commit", "staged"),
+    ("commit.after_commit", "committed"),
+    ("publish.mid_produce", None),  # in the producing thread: the commit beside it may have ended or not
+    ("publish.after_kafka_commit", "committed"),
+])
+def test_early_publish_killed_at_each_point_then_next_run_recovers_exactly_once(settings, unique, fault, left):
+    """EOSBATCH_EARLY_PUBLISH: the batch's records go into its Kafka transaction while PostgreSQL commits it.
+    The runner dies at each point of that; the next run (early publish on too) leaves nothing lost, nothing
+    twice, in the sink and in the output read with read_committed."""
+    scenario = Scenario(settings, unique, "latest")
+    scenario.env_overrides[config.EARLY_PUBLISH] = "1"
+    done = scenario.run(fault, "--max-batches", "2")
+    if fault is None:
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.count("produced while it committed") == 2, done.stdout[-3000:]  # the early path ran
+    else:
+        assert done.returncode == faults.EXIT_CODE, done.stderr[-2000:]
+        assert f"fault injected at {fault}" in done.stderr
+        assert scenario.states()[-1] == left if left else scenario.states()[-1] in ("staged", "committed")
+        recovered = scenario.run()
+        assert recovered.returncode == 0, recovered.stderr[-3000:]
+    scenario.assert_exactly_once()

@@ -88,3 +88,55 @@ def test_a_column_a_committed_batch_waits_on_is_never_retyped(settings, unique) 
     finally:
         with store.transaction(settings) as cur:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
+
+
+# What eosbatch stages for the user's narrower columns (spark.schema's types).
+STAGED_AS = {"n2": "numeric", "vc": "text", "ts3": "timestamp with time zone"}
+
+
+def test_the_early_publish_query_renders_from_staging_what_the_commit_puts_in_the_outbox(settings, unique) -> None:
+    """EOSBATCH_EARLY_PUBLISH produces a batch's records from staging while the commit runs, and keeps them
+    only if the outbox holds as many: they must then be the outbox's records byte for byte (the sink's
+    typmods applied: 12.5 stored as numeric(12,2) is 12.50, a timestamp(3) loses its fourth digit), with
+    only seq numbered otherwise. A sink with a trigger of its own may change what it stores: no early query."""
+    pipeline = _pipeline(unique)
+    sink = sql.Identifier("public", f"typed_{unique}")
+    types = {**COLUMNS, **USER_TYPES, "partition": "integer", "offset": "bigint"}
+    staged = [sinks.Column(n, STAGED_AS.get(n, t)) for n, t in types.items()]
+    names = list(types)
+    rows = [(f"k{i}", *row[1:], *user, i % 3, 1000 + i)
+            for i, (row, user) in enumerate(zip(ROWS, USER_ROWS, strict=True))]
+    connection = store.connect(settings)
+    try:
+        with connection.cursor() as cur:
+            cur.execute("SET TimeZone = 'Asia/Kathmandu'")
+            cur.execute(sql.SQL("CREATE TABLE {} ({}, UNIQUE (k))").format(sink, sql.SQL(", ").join(
+                sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in types.items())))
+            sinks.ensure_tables(cur, pipeline, staged)
+            store.lock_pipeline(cur, pipeline.name)
+            batch = store.create_batch(cur, pipeline.name, "regular", 0, [], "g")
+            stage = sinks.stage_table(pipeline)
+            for row in rows:
+                cur.execute(sql.SQL("INSERT INTO {} ({}, {}, {}) VALUES (%s, 'w:1', {})").format(
+                    stage, sql.Identifier(sinks.BATCH_COLUMN), sql.Identifier(sinks.WRITER_COLUMN),
+                    sql.SQL(", ").join(map(sql.Identifier, names)), sql.SQL(", ").join(sql.Placeholder() * len(names))),
+                    (batch.id, *row))
+            batch = batch._replace(writers={"sink": {"w:1": len(rows)}, "columns": names})
+            query = sinks.early_outbox_query(cur, pipeline, batch)
+            assert query is not None
+            cur.execute(query, {"batch": batch.id, "writers": ["w:1"]})
+            early = cur.fetchall()
+            moved = sinks.move_to_sink(cur, pipeline, batch, with_outbox=True)
+            cur.execute(sinks.outbox_query(pipeline, names), (batch.id,))
+            outbox = cur.fetchall()
+            cur.execute(sql.SQL("SELECT n2::text FROM {} WHERE k = 'k0'").format(sink))
+            assert cur.fetchone()[0] == "12.50"  # the typmod did apply
+            cur.execute(sql.SQL("CREATE TRIGGER keep BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION "
+                                "suppress_redundant_updates_trigger()").format(sink))
+            assert sinks.early_outbox_query(cur, pipeline, batch) is None
+    finally:
+        connection.rollback()
+        connection.close()
+    assert moved.outbox == len(early) == len(rows)
+    assert sorted(int(seq) for seq, *_ in early) == list(range(1, len(rows) + 1))
+    assert sorted(r[1:] for r in early) == sorted(r[1:] for r in outbox)  # every record, byte for byte
