@@ -451,12 +451,15 @@ def _eosbatch_round(settings: Settings, run: Run, partitions: int, overlap: bool
                     ) -> tuple[float, cpu.Usage]:
     ensure_topics(settings, {run.output: partitions})
     os.environ[config.EARLY_PUBLISH] = "1" if early else "0"  # read by the run's config.load()
+    logged: list[str] = []
     try:
-        summary, seconds, used = _measured(steps.run, run.name, overlap=overlap)
+        summary, seconds, used = _measured(steps.run, run.name, log=logged.append, overlap=overlap)
     finally:
         os.environ.pop(config.EARLY_PUBLISH)
     if summary.records_read != run.records:
         raise RuntimeError(f"{run.name}: read {summary.records_read} of {run.records}")
+    if early and not any("produced while it committed" in line for line in logged):  # else it measured a fallback
+        raise RuntimeError(f"{run.name}: the early publish was not kept: {logged[-3:]}")
     return seconds, used
 
 
