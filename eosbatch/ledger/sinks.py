@@ -6,6 +6,7 @@ psycopg2.sql.Identifier here, never formatted into SQL text.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -278,12 +279,16 @@ def _in_batch_order(pipeline: Pipeline, columns: list[str]) -> list[sql.Composab
     """ORDER BY after the key for DISTINCT ON: the first row of each key is the batch's latest."""
     order: list[sql.Composable] = [sql.SQL("{} DESC NULLS LAST").format(sql.Identifier(c))
                                    for c in pipeline.sink.order_by]
+    ordered = {*pipeline.sink.key, *pipeline.sink.order_by}
     if "offset" in position_columns(columns):
         order.append(sql.SQL("{} DESC").format(sql.Identifier("offset")))  # within a partition: the later one
-    # Ties (equal order_by values) break on the remaining columns, so the choice never depends on scan order.
-    rest = [c for c in columns if c not in pipeline.sink.key and c not in pipeline.sink.order_by and c != "offset"]
+        ordered.add("offset")
+    # Ties (equal order_by values) break on the remaining columns, then on the staged row itself (values equal
+    # to the sort and unlike in bytes: -0 and 0), so the choice never depends on scan order, and two reads of
+    # the same staged rows (the commit's, an early publish's) choose the same row.
+    rest = [c for c in columns if c not in ordered]
     order += [sql.SQL("{} DESC NULLS LAST").format(sql.Identifier(c)) for c in sorted(rest)]
-    return order
+    return [*order, sql.SQL("ctid")]
 
 
 def _position_wins(columns: list[str], kind: BatchKind) -> sql.Composable:
@@ -623,19 +628,23 @@ def json_size_bound(columns: list[Column], key: str) -> sql.Composed:
 # ---------------------------------------------------------------- the typed outbox
 
 def _result_columns(cur: Cursor, query: sql.Composable, params: dict[str, object]) -> list[Column]:
-    """The columns a query returns, with the types PostgreSQL gives them (without typmods, which do not
-    change how a value renders: a numeric keeps its own scale), from its description: nothing is read."""
+    """The columns a query returns, with the types PostgreSQL gives them, without typmods (which do not change
+    how a value renders: a numeric keeps its own scale, a char(5) its padding), from its description: nothing
+    is read. Rendered with typmod -1, "no typmod": with NULL, char and bit come out as `character` and `bit`,
+    which mean char(1) and bit(1), and a longer value could never be stored."""
     cur.execute(sql.SQL("SELECT * FROM ({}) r LIMIT 0").format(query), params)
     described = [(d.name, d.type_code) for d in cur.description]
-    cur.execute("SELECT oid, format_type(oid, NULL) FROM pg_type WHERE oid = ANY(%s)",
+    cur.execute("SELECT oid, format_type(oid, -1) FROM pg_type WHERE oid = ANY(%s)",
                 (sorted({oid for _, oid in described}),))
     types = dict(cur.fetchall())
     return [Column(name, types[oid]) for name, oid in described]
 
 
 def _table_types(cur: Cursor, table: sql.Identifier) -> dict[str, str]:
+    """A table's columns and their types as declared (typmods included: an outbox column made char(1) by an
+    older eosbatch differs from `bpchar`, and is retyped)."""
     schema, name = table.strings
-    cur.execute("SELECT a.attname::text, format_type(a.atttypid, NULL) FROM pg_attribute a "
+    cur.execute("SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
                 "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped "
                 "ORDER BY a.attnum", (schema, name))
@@ -688,6 +697,12 @@ def outbox_query(pipeline: Pipeline, columns: list[str]) -> sql.Composed:
         batch=sql.Identifier(BATCH_COLUMN))
 
 
+# Key types whose equal values are identical (under a deterministic collation for the text ones): the key the
+# sink keeps is then the batch's own, byte for byte (numeric 1.5 = 1.50, float 0 = -0, citext are not).
+EXACT_KEY_TYPES = frozenset({"smallint", "integer", "bigint", "text", "character varying", "uuid", "date",
+                             "boolean", "bytea", "timestamp without time zone", "timestamp with time zone"})
+
+
 def early_outbox_query(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Composed | None:
     """The records the commit of this staged batch will write to its outbox, read from staging before it
     commits, rendered as `outbox_query` renders the outbox (seq, key, record, source); None where they might
@@ -697,22 +712,30 @@ def early_outbox_query(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Com
     outbox holds as many records as this query returns): a replace sink stores a batch row as it comes (the
     plain INSERT, or the upsert's `SET c = EXCLUDED.c` for every column), converted to the sink's column types
     exactly as these casts convert it (typmods included: a numeric(10,2) rounds the same way). Not for an
-    accumulate sink (it stores sums), nor for a sink with triggers or rules of its own (they may change the
-    row it stores), nor for a key under a nondeterministic collation (DISTINCT ON may then pick either of two
-    keys it calls equal, and this query and the commit's might differ). Only seq differs: it numbers the
-    records in this query's order, a permutation."""
+    accumulate sink (it stores sums), nor for a sink with triggers or rules of its own, or partitions or
+    children that may have theirs (they may change the row it stores). And the key the upsert keeps when it
+    updates a row is the stored one, so the key must be one whose equal values are the same bytes: the same
+    type in staging and the sink, among EXACT_KEY_TYPES, under deterministic collations (a citext or numeric
+    key, or a case-insensitive collation, would publish the batch's spelling of a key the sink spells
+    otherwise). Only seq differs: it numbers the records in this query's order, a permutation."""
     if pipeline.output is None or pipeline.sink.mode != "replace":
         return None
-    cur.execute("SELECT EXISTS (SELECT FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation "
-                "WHERE a.attrelid = to_regclass(%s) AND a.attname = ANY(%s) AND NOT c.collisdeterministic)",
-                (stage_table(pipeline).as_string(cur.connection), list(pipeline.sink.key)))
-    if cur.fetchone()[0]:
+    keys = key_columns(cur, pipeline)
+    if not keys.alike(pipeline.sink.key) or any(
+            re.sub(r"\(\d+(,\s*\d+)?\)", "", k.type) not in EXACT_KEY_TYPES for k in keys.stored.values()):
         return None
+    collations = [k.collation for k in keys.stored.values() if k.collation]
+    if collations:
+        cur.execute("SELECT count(*) FILTER (WHERE NOT collisdeterministic) FROM pg_collation WHERE oid = ANY(%s)",
+                    (collations,))
+        if cur.fetchone()[0]:
+            return None
     table = sink_table(pipeline)
     schema, name = table.strings
-    cur.execute("SELECT c.oid, EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal) "
-                "OR EXISTS (SELECT FROM pg_rewrite r WHERE r.ev_class = c.oid) FROM pg_class c JOIN pg_namespace n "
-                "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s", (schema, name))
+    cur.execute("SELECT c.oid, c.relkind = 'p' OR c.relhassubclass OR EXISTS (SELECT FROM pg_trigger t WHERE "
+                "t.tgrelid = c.oid AND NOT t.tgisinternal) OR EXISTS (SELECT FROM pg_rewrite r WHERE "
+                "r.ev_class = c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relname = %s", (schema, name))
     found = cur.fetchone()
     if found is None or found[1]:
         return None
@@ -720,7 +743,7 @@ def early_outbox_query(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Com
     cur.execute("SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s "
                 "AND attnum > 0 AND NOT attisdropped", (found[0],))
     sink_types = dict(cur.fetchall())
-    rows, out = _batch_rows(pipeline, columns, bytewise=key_columns(cur, pipeline).bytewise)
+    rows, out = _batch_rows(pipeline, columns, bytewise=keys.bytewise)
     if not columns or any(c not in sink_types for c in out):
         return None
     position = position_columns(out)
