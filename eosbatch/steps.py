@@ -316,10 +316,13 @@ def commit_and_publish(pipeline_name: str, batch_id: int, log: Log = _quiet) -> 
     (sinks.early_outbox_query, None where that is not exact: then commit and publish as usual). The outbox
     holds a subset of them (the rows the sink stored, each as it came), so equal counts make them the same
     records; with another count (a row the sink refused as older, one too big to publish), another commit
-    sequence number (the other lane committed meanwhile) or a failed produce, the Kafka transaction is
-    aborted and the batch published from its outbox, as always. A crash before the Kafka commit leaves a
-    transaction that the lane's next init_transactions() aborts: before the COMMIT the batch is aborted and
-    planned again, after it the batch is published from its outbox (DESIGN.md's failure matrix)."""
+    sequence number (the other lane committed meanwhile), a failed produce or a failed Kafka commit, the
+    early transaction is dropped and the batch published from its outbox, as always. A Kafka failure before
+    the commit starts costs nothing either: the batch commits, then publishes. A crash before the Kafka commit
+    leaves a transaction that the lane's next init_transactions() aborts: before the COMMIT the batch is
+    aborted and planned again, after it the batch is published from its outbox (DESIGN.md's failure matrix).
+    The transaction stays open for the commit and the publish together: EOSBATCH_TRANSACTION_TIMEOUT_MS must
+    cover both."""
     settings = config.load()
     pipeline = registry.get(pipeline_name)
     query = None
@@ -341,16 +344,27 @@ def commit_and_publish(pipeline_name: str, batch_id: int, log: Log = _quiet) -> 
     produced: dict[str, Any] = {}
 
     def produce(publisher: TransactionalPublisher) -> None:
+        chunks = stream.chunks(settings, query, params, OUTBOX_CHUNK, text_as_bytes=True)
         try:
-            chunks = stream.chunks(settings, query, params, OUTBOX_CHUNK, text_as_bytes=True)
             produced["count"] = publisher.produce(topic, _outgoing(chunks, pipeline, headers), [])
-        except BaseException as exc:  # noqa: BLE001 - the commit decides; this only stops the early publish
-            produced["error"] = exc
+        except BaseException as exc:  # noqa: BLE001 - the commit decides; this only drops the early publish
+            produced["error"] = f"{type(exc).__name__}: {exc}"  # not the exception: its frames hold the stream
+        finally:
+            chunks.close()  # its read of staging ends now, not when the garbage collector gets to it
 
     published = None
-    with publishing(settings, transactional_id(pipeline, batch),
-                    owner=f"batch {batch_id} of pipeline {pipeline.name!r}") as publisher:
-        publisher.begin()
+    with contextlib.ExitStack() as held:
+        try:
+            publisher = held.enter_context(publishing(settings, transactional_id(pipeline, batch),
+                                                      owner=f"batch {batch_id} of pipeline {pipeline.name!r}"))
+            publisher.begin()
+        except Fenced:
+            raise
+        except EosbatchError as exc:  # nothing produced yet: the batch commits, then publishes as usual
+            log(f"batch {batch_id}: early publish not started ({exc}); committing, then publishing")
+            held.close()
+            commit(pipeline_name, batch_id, log)
+            return publish(pipeline_name, batch_id, log)
         producer = threading.Thread(target=produce, args=(publisher,), name=f"eosbatch-early-publish-{batch_id}")
         with paused_gc():
             producer.start()
@@ -370,13 +384,20 @@ def commit_and_publish(pipeline_name: str, batch_id: int, log: Log = _quiet) -> 
                f"the commit took sequence #{committed.commit_seq}, not #{sequence}"
                if committed.commit_seq != sequence else None)
         if why is None:
-            publisher.commit(settings, committed.marker_group, list(committed.ranges), marker_metadata(batch_id))
-            faults.point("publish.after_kafka_commit")
-            published = produced["count"]
-            log(f"batch {batch_id}: published {published} records (produced while it committed)")
-        else:
+            try:
+                publisher.commit(settings, committed.marker_group, list(committed.ranges), marker_metadata(batch_id))
+            except Fenced:
+                raise
+            except EosbatchError as exc:  # publish settles it: init_transactions, then the marker
+                why = f"its Kafka commit failed ({exc})"
+            else:
+                faults.point("publish.after_kafka_commit")
+                published = produced["count"]
+                log(f"batch {batch_id}: published {published} records (produced while it committed)")
+        if why is not None:
             if publisher.state is TxnState.IN_TXN:
-                publisher.abort()
+                with contextlib.suppress(EosbatchError):
+                    publisher.abort()
             log(f"batch {batch_id}: early publish dropped ({why}); publishing from the outbox")
     if published is None:
         return publish(pipeline_name, batch_id, log)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import select
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import psycopg2
@@ -45,7 +45,7 @@ def wait(connection: Any, timeout_s: float | None = None) -> None:
 
 
 def chunks(settings: Settings, query: sql.Composable, params: tuple[Any, ...] | dict[str, Any], size: int,
-           text_as_bytes: bool = False) -> Iterator[list[tuple[Any, ...]]]:
+           text_as_bytes: bool = False) -> Generator[list[tuple[Any, ...]], None, None]:
     """The query's rows, `size` at a time, from a cursor in a read-only transaction of a connection of its
     own. While the caller works on a chunk, PostgreSQL computes the next one. `text_as_bytes`: text arrives
     as bytes, undecoded. Stopping early (closing the generator) closes the connection, and with it the
