@@ -5,12 +5,15 @@ repeated order ids and malformed records."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from eosbatch import config, faults
 from eosbatch.verify import OpenTransaction, read_topic
 from tests.chaos.control import fired as fired_points
-from tests.scenario import Scenario
+from tests.scenario import ROOT, Scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
@@ -77,4 +80,41 @@ def test_early_publish_killed_at_each_point_then_next_run_recovers_exactly_once(
         assert scenario.states()[-1] == left if left else scenario.states()[-1] in ("staged", "committed")
         recovered = scenario.run()
         assert recovered.returncode == 0, recovered.stderr[-3000:]
+    scenario.assert_exactly_once()
+
+
+# The runner of the next test: its commit fails (as a lost connection would make it) only once the early
+# producer has produced every record of the batch into the open Kafka transaction.
+FAILING_COMMIT = """
+import sys, threading, time
+from eosbatch import cli, steps
+from eosbatch.ledger.exceptions import LedgerUnavailable
+
+def commit_failing_late(*_):
+    deadline = time.monotonic() + 120
+    while any(t.name.startswith("eosbatch-early-publish") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the early producer never finished"
+        time.sleep(0.05)
+    print("eosbatch: every early record produced; the commit fails now", file=sys.stderr, flush=True)
+    raise LedgerUnavailable("PostgreSQL at the test: the commit failed after the early records were produced")
+
+steps._commit = commit_failing_late
+sys.exit(cli.main(["run", sys.argv[1], "--max-batches", "1"]))
+"""
+
+
+def test_early_publish_whose_commit_fails_after_producing_commits_nothing_in_kafka(settings, unique):
+    """The early transaction holds every record of the batch when the commit fails: it is aborted, the batch
+    too (planned again), and read_committed consumers never see a record of it."""
+    scenario = Scenario(settings, unique, "latest")
+    scenario.env_overrides[config.EARLY_PUBLISH] = "1"
+    failed = subprocess.run([sys.executable, "-c", FAILING_COMMIT, scenario.pipeline], env=scenario.env(),
+                            capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert failed.returncode == 3, failed.stderr[-3000:]  # transient: the next run does it again
+    assert "every early record produced" in failed.stderr
+    assert scenario.states() == ["aborted"]
+    assert len(read_topic(settings, scenario.output, "read_uncommitted")) > 0  # produced, then aborted
+    assert read_topic(settings, scenario.output) == []
+    recovered = scenario.run()
+    assert recovered.returncode == 0, recovered.stderr[-3000:]
     scenario.assert_exactly_once()

@@ -132,8 +132,8 @@ def test_migrations_downgrade_and_upgrade(settings):
         long_lived_ids(settings)
     assert migrate.current(url) == migrate.head()
     with store.transaction(settings) as cur:
-        cur.execute("SELECT to_regclass('eosbatch.committed_ranges')::text")
-        assert cur.fetchone()[0] == "eosbatch.committed_ranges"
+        cur.execute("SELECT to_regclass('eosbatch.committed_ranges') IS NOT NULL")  # NULL: no such table
+        assert cur.fetchone()[0] is True
 
 
 def test_exclusion_constraint_refuses_overlapping_committed_ranges(settings, unique):
