@@ -686,15 +686,20 @@ def outbox_query(pipeline: Pipeline, columns: list[str]) -> sql.Composed:
     row_to_json over the batch's columns, in the commit's order, renders exactly what the commit's own
     row_to_json did when the outbox held JSON (migration 0008)."""
     assert pipeline.output is not None
-    position = position_columns(columns)
-    source = [sql.SQL("q.{}::text").format(sql.Identifier(c)) if c in position else sql.SQL("NULL")
-              for c in ("topic", "partition", "offset")]
     return sql.SQL("SELECT q.{seq}::text, q.{okey}::text, row_to_json(r.*)::text, {src} FROM {t} q "
                    "CROSS JOIN LATERAL (SELECT {cols}) r WHERE q.{batch} = %s").format(
-        seq=sql.Identifier(SEQ_COLUMN), okey=sql.Identifier(pipeline.output.key), src=sql.SQL(", ").join(source),
+        seq=sql.Identifier(SEQ_COLUMN), okey=sql.Identifier(pipeline.output.key), src=_source("q", columns),
         t=outbox_table(pipeline), cols=sql.SQL(", ").join(sql.SQL("q.{}").format(sql.Identifier(c))
                                                            for c in columns),
         batch=sql.Identifier(BATCH_COLUMN))
+
+
+def _source(alias: str, columns: list[str]) -> sql.Composed:
+    """A published record's source topic, partition and offset as text, from `alias`'s columns where the
+    transform kept them (NULL where it did not)."""
+    position = position_columns(columns)
+    return sql.SQL(", ").join(sql.SQL("{}.{}::text").format(sql.Identifier(alias), sql.Identifier(c))
+                              if c in position else sql.SQL("NULL") for c in ("topic", "partition", "offset"))
 
 
 # Key types whose equal values are identical (under a deterministic collation for the text ones): the key the
@@ -732,28 +737,23 @@ def early_outbox_query(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Com
             return None
     table = sink_table(pipeline)
     schema, name = table.strings
-    cur.execute("SELECT c.oid, c.relkind = 'p' OR c.relhassubclass OR EXISTS (SELECT FROM pg_trigger t WHERE "
+    cur.execute("SELECT c.relkind = 'p' OR c.relhassubclass OR EXISTS (SELECT FROM pg_trigger t WHERE "
                 "t.tgrelid = c.oid AND NOT t.tgisinternal) OR EXISTS (SELECT FROM pg_rewrite r WHERE "
                 "r.ev_class = c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = %s AND c.relname = %s", (schema, name))
     found = cur.fetchone()
-    if found is None or found[1]:
+    if found is None or found[0]:
         return None
     columns = batch_columns(cur, pipeline, batch)
-    cur.execute("SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s "
-                "AND attnum > 0 AND NOT attisdropped", (found[0],))
-    sink_types = dict(cur.fetchall())
+    sink_types = _table_types(cur, table)  # with typmods: the casts convert as storing does
     rows, out = _batch_rows(pipeline, columns, bytewise=keys.bytewise)
     if not columns or any(c not in sink_types for c in out):
         return None
-    position = position_columns(out)
-    source = [sql.SQL("r.{}::text").format(sql.Identifier(c)) if c in position else sql.SQL("NULL")
-              for c in ("topic", "partition", "offset")]
     casts = sql.SQL(", ").join(sql.SQL("CAST(c.{n} AS {t}) AS {n}").format(n=sql.Identifier(c),
                                                                            t=sql.SQL(sink_types[c])) for c in out)
     return sql.SQL("SELECT (row_number() OVER ())::text, r.{okey}::text, row_to_json(r.*)::text, {src} "
                    "FROM ({rows}) c CROSS JOIN LATERAL (SELECT {casts}) r").format(
-        okey=sql.Identifier(pipeline.output.key), src=sql.SQL(", ").join(source), rows=rows, casts=casts)
+        okey=sql.Identifier(pipeline.output.key), src=_source("r", out), rows=rows, casts=casts)
 
 
 def legacy_outbox(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Composed | None:
