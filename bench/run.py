@@ -42,6 +42,7 @@ from bench import PIPELINES_ENV, cpu
 from eosbatch import config, engine, registry, stack, steps
 from eosbatch.config import Settings
 from eosbatch.engine.submit import CONNECT_MODE
+from eosbatch.kafka import record
 from eosbatch.ledger import migrate, sinks
 from examples.orders.generate import ensure_topics, generate
 
@@ -364,7 +365,7 @@ def produce_ceiling(settings: Settings, n: int, partitions: int, padding: int, t
     transaction and no idempotence, from memory."""
     records = [(o["order_id"].encode(), json.dumps(o, separators=(",", ":")).encode())
                for o in _orders(n, partitions, padding)]
-    headers: Any = [(steps.HEADER_PIPELINE, b"bench"), (steps.HEADER_BATCH, b"1")]
+    headers: Any = [(record.PIPELINE, b"bench"), (record.BATCH, b"1")]
     ensure_topics(settings, {topic: partitions})
     producer = Producer(settings.kafka(**{
         "acks": "all", "partitioner": "murmur2_random", "linger.ms": 20,

@@ -20,10 +20,11 @@ from eosbatch import config, engine, faults, registry
 from eosbatch import lease as leases
 from eosbatch.bulk import paused_gc
 from eosbatch.exceptions import EosbatchError, Fenced, TerminalError
-from eosbatch.kafka import marker, offsets
+from eosbatch.kafka import marker, offsets, record
 from eosbatch.kafka.exceptions import MarkerExpired
-from eosbatch.kafka.publisher import Headers, TransactionalPublisher, TxnState, publishing
+from eosbatch.kafka.publisher import TransactionalPublisher, TxnState, publishing
 from eosbatch.kafka.publisher import release as release_publishers
+from eosbatch.kafka.record import Headers, Outgoing
 from eosbatch.ledger import sinks, store, stream
 from eosbatch.ledger.exceptions import NotStaged, OffsetMismatch, RangeConflict, StagingLost
 from eosbatch.pipeline import Pipeline
@@ -36,14 +37,6 @@ from eosbatch.protocol.states import ABORTABLE, Lane, claims_coverage, lane
 
 Log = Callable[[str], None]
 OUTBOX_CHUNK = 5_000  # records per fetch from the outbox (bounded memory: one chunk in flight, one in use)
-HEADER_PIPELINE = "eosbatch.pipeline"
-HEADER_BATCH = "eosbatch.batch"
-HEADER_COMMIT_SEQ = "eosbatch.commit_seq"      # per pipeline, in commit order: orders records across lanes
-HEADER_SEQ = "eosbatch.seq"                    # the record's place in its batch's outbox
-HEADER_SOURCE_TOPIC = "eosbatch.source_topic"  # where the row came from, when the transform kept it
-HEADER_SOURCE_PARTITION = "eosbatch.source_partition"
-HEADER_SOURCE_OFFSET = "eosbatch.source_offset"
-Outgoing = tuple[bytes | None, bytes, Headers]
 
 
 def _quiet(_: str) -> None:
@@ -267,24 +260,8 @@ def _outbox(settings: config.Settings, pipeline: Pipeline, batch: store.Batch, c
         query = sql.SQL("SELECT seq::text, key, value, source_topic, source_partition::text, "
                         "source_offset::text FROM eosbatch.outbox WHERE batch_id = %s")
     # Text as bytes, numbers rendered by the server: no decoding and encoding per field here.
-    yield from _outgoing(stream.chunks(settings, query, (batch.id,), OUTBOX_CHUNK, text_as_bytes=True), pipeline,
-                         common)
-
-
-def _outgoing(chunks: Iterator[list[tuple[Any, ...]]], pipeline: Pipeline, common: Headers) -> Iterator[Outgoing]:
-    """Rows of (seq, key, record, source topic, partition, offset) as records to produce, with their headers."""
-    single_topic = pipeline.source.topics[0].encode() if len(pipeline.source.topics) == 1 else None
-    for rows in chunks:
-        for seq, key, value, topic, partition, offset in rows:
-            if partition is None:  # no source position (an aggregate)
-                yield key, value, [*common, (HEADER_SEQ, seq)]
-            elif topic is None and single_topic is None:
-                yield key, value, [*common, (HEADER_SEQ, seq), (HEADER_SOURCE_PARTITION, partition),
-                                   (HEADER_SOURCE_OFFSET, offset)]
-            else:
-                yield key, value, [*common, (HEADER_SEQ, seq), (HEADER_SOURCE_PARTITION, partition),
-                                   (HEADER_SOURCE_OFFSET, offset),
-                                   (HEADER_SOURCE_TOPIC, topic if topic is not None else single_topic)]
+    yield from record.outgoing(stream.chunks(settings, query, (batch.id,), OUTBOX_CHUNK, text_as_bytes=True),
+                               pipeline.source.topics, common)
 
 
 def _legacy_outbox(connection: Any, pipeline: Pipeline, batch: store.Batch, common: Headers
@@ -338,15 +315,14 @@ def commit_and_publish(pipeline_name: str, batch_id: int, log: Log = _quiet) -> 
         return publish(pipeline_name, batch_id, log)
     check_output_topic(settings, pipeline)
     topic = pipeline.output.topic
-    headers: Headers = [(HEADER_PIPELINE, pipeline.name.encode()), (HEADER_BATCH, str(batch_id).encode()),
-                        (HEADER_COMMIT_SEQ, str(sequence).encode())]
+    headers = record.batch_headers(pipeline.name, batch_id, sequence)
     params = {"batch": batch.id, "writers": batch.writer_tags("sink")}
     produced: dict[str, Any] = {}
 
     def produce(publisher: TransactionalPublisher) -> None:
         chunks = stream.chunks(settings, query, params, OUTBOX_CHUNK, text_as_bytes=True)
         try:
-            produced["count"] = publisher.produce(topic, _outgoing(chunks, pipeline, headers), [])
+            produced["count"] = publisher.produce(topic, record.outgoing(chunks, pipeline.source.topics, headers), [])
         except BaseException as exc:  # noqa: BLE001 - the commit decides; this only drops the early publish
             produced["error"] = f"{type(exc).__name__}: {exc}"  # not the exception: its frames hold the stream
         finally:
@@ -453,14 +429,13 @@ def _publish_to_kafka(pipeline_name: str, batch_id: int, log: Log, epoch: int | 
                 f"{batch.marker_group}) is gone: Kafka expires a group's offsets after offsets.retention.minutes "
                 f"({config.marker_retention_seconds() / 60:.0f} min assumed, {config.MARKER_RETENTION}), so "
                 "eosbatch cannot tell whether it was published. Look for records with header "
-                f"{HEADER_BATCH}={batch_id} in the output topic; then `eosbatch publish {pipeline.name} "
+                f"{record.BATCH}={batch_id} in the output topic; then `eosbatch publish {pipeline.name} "
                 f"{batch_id} --published` (they are there) or `--republish` (they are not)")
         else:
             publisher.begin()
             produced = 0
             if pipeline.output is not None and batch.publish:
-                headers: Headers = [(HEADER_PIPELINE, pipeline.name.encode()), (HEADER_BATCH, str(batch_id).encode()),
-                                    (HEADER_COMMIT_SEQ, str(batch.commit_seq or 0).encode())]
+                headers = record.batch_headers(pipeline.name, batch_id, batch.commit_seq or 0)
                 with paused_gc():
                     produced = publisher.produce(pipeline.output.topic, _outbox(settings, pipeline, batch, headers), [])
                 if batch.outbox_records is not None and produced != batch.outbox_records:

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from confluent_kafka import TopicPartition as KafkaTP
 
 from eosbatch.config import Settings
-from eosbatch.kafka import clients
+from eosbatch.kafka import clients, record
 from eosbatch.kafka.offsets import admin, partitions
 from eosbatch.ledger import store
 from eosbatch.protocol.ranges import OffsetRange
@@ -127,7 +127,7 @@ class OutputCheck(NamedTuple):
 
 
 def _ours(records: list[Record], pipeline: str) -> list[Record]:
-    return [r for r in records if r.headers.get("eosbatch.pipeline") == pipeline.encode()]
+    return [r for r in records if record.is_from(r.headers, pipeline)]
 
 
 def check_output(settings: Settings, pipeline: str, topic: str, records: list[Record] | None = None
@@ -141,8 +141,8 @@ def check_output(settings: Settings, pipeline: str, topic: str, records: list[Re
     records = read_topic(settings, topic) if records is None else records
     ours = _ours(records, pipeline)
     # (batch, seq) identifies an output record; a batch from before the outbox has no seq: (batch, key).
-    pairs = Counter((r.headers["eosbatch.batch"].decode(), r.headers.get("eosbatch.seq") or r.key) for r in ours)
-    per_batch = Counter(r.headers["eosbatch.batch"].decode() for r in ours)
+    pairs = Counter((record.batch_of(r.headers), record.seq_of(r.headers) or r.key) for r in ours)
+    per_batch = Counter(record.batch_of(r.headers) for r in ours)
     with store.transaction(settings) as cur:
         cur.execute("SELECT id, state, publish, outbox_records, published_records FROM eosbatch.batches "
                     "WHERE pipeline = %s", (pipeline,))
@@ -311,8 +311,7 @@ def _same(value: Any) -> Any:
 
 
 def _sink_vs_output(settings: Settings, pipeline: Any, records: list[Record]) -> Finding:
-    ours = sorted(_ours(records, pipeline.name), key=lambda r: (int(r.headers.get("eosbatch.commit_seq", b"0")),
-                                                                int(r.headers.get("eosbatch.seq", b"0"))))
+    ours = sorted(_ours(records, pipeline.name), key=lambda r: record.commit_order(r.headers))
     rows = [json.loads(r.value) for r in ours if r.value is not None]
     columns = sorted({c for row in rows for c in row})
     if not rows:
@@ -444,8 +443,8 @@ def _batch_output(settings: Settings, pipeline: Any, batch: store.Batch, dead: i
         records = read_topic(settings, pipeline.output.topic, since_ms=since)
     except OpenTransaction as exc:
         return [*findings, Finding("output", False, f"cannot be checked yet: {exc}")]
-    ours = [r for r in _ours(records, pipeline.name) if r.headers.get("eosbatch.batch") == str(batch_id).encode()]
-    seqs = Counter(r.headers.get("eosbatch.seq") for r in ours)
+    ours = [r for r in _ours(records, pipeline.name) if record.is_of_batch(r.headers, batch_id)]
+    seqs = Counter(record.seq_of(r.headers) for r in ours)
     repeated = sorted(int(s) for s, n in seqs.items() if s is not None and n > 1)
     good = len(ours) == expected and not repeated and batch.published_records in (None, expected)
     findings.append(Finding("output", good, f"{len(ours)} records in {pipeline.output.topic}, as committed, "

@@ -22,11 +22,11 @@ from eosbatch.exceptions import EosbatchError
 from eosbatch.kafka import clients, marker
 from eosbatch.kafka.errors import DENIED, error_of, is_fenced, to_eosbatch
 from eosbatch.kafka.exceptions import KafkaUnavailable, PublishFailed
+from eosbatch.kafka.record import Headers
 from eosbatch.protocol.ranges import OffsetRange
 
 TIMEOUT = 60.0
 
-Headers = list[tuple[str, str | bytes | None]]  # what Producer.produce takes
 
 
 class TxnState(enum.Enum):
