@@ -39,7 +39,7 @@ from confluent_kafka.admin import AdminClient
 from psycopg2 import sql
 
 from bench import PIPELINES_ENV, cpu
-from eosbatch import config, engine, registry, stack, steps
+from eosbatch import config, engine, registry, running, stack, steps
 from eosbatch.config import Settings
 from eosbatch.engine.submit import CONNECT_MODE
 from eosbatch.kafka import record
@@ -148,7 +148,7 @@ def _vm_mib(field: str) -> float:
 def _run_child(pipeline: str, reply: Any) -> None:
     registry.load()  # as above: the baseline holds the imports, the peak what the run adds
     baseline = _vm_mib("VmRSS")
-    summary, seconds = _timed(steps.run, pipeline)
+    summary, seconds = _timed(running.run, pipeline)
     reply.send(Footprint(summary.records_read, seconds, baseline, _vm_mib("VmHWM")))
 
 
@@ -211,7 +211,7 @@ def warm_up(settings: Settings, runs: list[Run], partitions: int, padding: int) 
     seconds = []
     for run in runs:  # every run reads the first one's topic (see main)
         ensure_topics(settings, {run.output: partitions})
-        summary, took = _timed(steps.run, run.name)
+        summary, took = _timed(running.run, run.name)
         if summary.records_read != run.records:
             raise RuntimeError(f"{run.name}: the warm-up run read {summary.records_read} records, "
                                f"expected all {run.records} in one batch")
@@ -454,7 +454,7 @@ def _eosbatch_round(settings: Settings, run: Run, partitions: int, overlap: bool
     os.environ[config.EARLY_PUBLISH] = "1" if early else "0"  # read by the run's config.load()
     logged: list[str] = []
     try:
-        summary, seconds, used = _measured(steps.run, run.name, log=logged.append, overlap=overlap)
+        summary, seconds, used = _measured(running.run, run.name, log=logged.append, overlap=overlap)
     finally:
         os.environ.pop(config.EARLY_PUBLISH)
     if summary.records_read != run.records:
@@ -466,7 +466,7 @@ def _eosbatch_round(settings: Settings, run: Run, partitions: int, overlap: bool
 
 def compare_with_peer(settings: Settings, runs: list[Run], partitions: int, padding: int,
                       variants: list[Variant] | None = None) -> str:
-    """eosbatch (one `steps.run`, plan..publish, exactly-once) and the Structured Streaming peer (one
+    """eosbatch (one `running.run`, plan..publish, exactly-once) and the Structured Streaming peer (one
     availableNow trigger, at-least-once) over the SAME input topic, alternating, a round per run. Each round
     also runs each of `variants` (K batches with overlapped steps; one batch published while it commits)."""
     topic, records = runs[0].topic, runs[0].records
@@ -566,7 +566,7 @@ def tiny_batches(settings: Settings, name: str, peer_name: str, airflow_name: st
         fresh.append(seconds)
     for _ in range(batches):
         produce_orders(settings.kafka_bootstrap, topic, records)
-    summary, within = _timed(steps.run, name)  # this process's session is warm after the first batch
+    summary, within = _timed(running.run, name)  # this process's session is warm after the first batch
     if summary.batches < batches:
         raise RuntimeError(f"{name}: expected {batches} batches in one run, got {summary.batches}")
     peer_topic = f"{peer_name}_in"

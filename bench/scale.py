@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from bench import PIPELINES_ENV
 from bench.run import MODULE, TRANSACTION_SIZE, Run, _padding, _settings, _table, _timed
-from eosbatch import commands, config, registry, steps
+from eosbatch import commands, config, registry, running, steps
 from eosbatch.config import Settings
 from eosbatch.kafka import offsets
 from eosbatch.ledger import store
@@ -173,7 +173,7 @@ def history_case(settings: Settings, run: Run, batches: int, real: int, partitio
             batch, plan_s = _timed(steps.plan, run.name)
             if batch is None:
                 raise RuntimeError(f"{run.name}: the topic ran out")
-            done = steps.run_batch(run.name, batch)
+            done = running.run_batch(run.name, batch)
             if done.state != "published":
                 raise RuntimeError(f"{run.name}: batch {batch.id} is {done.state}")
             planned.append(plan_s)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Literal, NamedTuple
 
-from eosbatch import config, registry, steps
+from eosbatch import config, registry, running, steps
 from eosbatch import lease as leases
 from eosbatch.exceptions import ConfigError
 from eosbatch.kafka import offsets
@@ -184,7 +184,7 @@ def _run_backfill(settings: config.Settings, pipeline: Pipeline, requested: list
     bar = progress or Progress(first_plan.offsets, enabled=False)
     bar.total = first_plan.offsets
     queue = list(first_plan.batches)  # reprocess works from the first plan: it changes no coverage
-    summary = steps.RunSummary(0, 0, 0, 0, 0)
+    summary = running.RunSummary(0, 0, 0, 0, 0)
     conflicts = 0
     while True:
         with store.transaction(settings) as cur:
@@ -198,7 +198,7 @@ def _run_backfill(settings: config.Settings, pipeline: Pipeline, requested: list
                                        steps.marker_group(pipeline, "backfill"), publish=publish)
         log(f"batch {batch.id}: planned {kind} {', '.join(map(str, batch.ranges))}")
         try:
-            done = steps.run_batch(pipeline.name, batch, log, owner)
+            done = running.run_batch(pipeline.name, batch, log, owner)
         except (OffsetMismatch, RangeConflict) as exc:
             conflicts += 1
             if conflicts > MAX_CONFLICTS:
@@ -277,7 +277,7 @@ def _run_replay(settings: config.Settings, pipeline: Pipeline,
                                          steps.marker_group(pipeline, "backfill"), publish=batch.publish,
                                          replay_of=batch.id)
         log(f"batch {created.id}: replays batch {batch.id}: {', '.join(map(str, created.ranges))}")
-        steps.run_batch(pipeline.name, created, log, owner)
+        running.run_batch(pipeline.name, created, log, owner)
         replays.append(created.id)
     return ReplayReport("replayed", decided.reason, tuple(replays))
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from eosbatch import backfill as history
-from eosbatch import config, registry, steps
+from eosbatch import config, registry, running, steps
 from eosbatch.exceptions import ConfigError
 from eosbatch.kafka import offsets
 from eosbatch.ledger import migrate, store
@@ -80,8 +80,8 @@ def db_current() -> str | None:
 
 
 def run(pipeline: str, max_batches: int | None = None, log: Log = print, overlap: bool | None = None
-        ) -> steps.RunSummary:
-    return steps.run(pipeline, max_batches=max_batches, log=log, overlap=overlap)
+        ) -> running.RunSummary:
+    return running.run(pipeline, max_batches=max_batches, log=log, overlap=overlap)
 
 
 def verify(pipeline: str, recompute: bool = True, log: Log = print, batch_id: int | None = None) -> Any:
@@ -93,7 +93,7 @@ def verify(pipeline: str, recompute: bool = True, log: Log = print, batch_id: in
     return audit(pipeline, recompute=recompute, log=log)
 
 
-def settle_publish(pipeline: str, batch_id: int, republish: bool, log: Log = print) -> steps.store.Batch:
+def settle_publish(pipeline: str, batch_id: int, republish: bool, log: Log = print) -> store.Batch:
     """The way out of MarkerExpired: the operator looked at the output topic and says what is there."""
     if republish:
         return steps.publish(pipeline, batch_id, log, ignore_expired_marker=True)

@@ -77,7 +77,8 @@ class Settings(NamedTuple):
     # (eosbatch compact, on its own), so the ledger does not grow with the history. 0: never.
     compact_every: int = DEFAULT_COMPACT_EVERY
     compact_after_days: float = DEFAULT_COMPACT_AFTER_DAYS
-    # A run of several batches keeps one batch in each step at once (eosbatch.overlap); off: one after another.
+    # A run of several batches keeps one batch in each step at once (eosbatch.running.overlapped); off: one
+    # after another.
     overlap: bool = False
     # One batch at a time: its records are produced into its open Kafka transaction while PostgreSQL commits
     # it, and the Kafka transaction commits only after PostgreSQL's COMMIT (steps.commit_and_publish).

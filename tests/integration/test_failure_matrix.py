@@ -87,7 +87,8 @@ def test_early_publish_killed_at_each_point_then_next_run_recovers_exactly_once(
 # producer has produced every record of the batch into the open Kafka transaction.
 FAILING_COMMIT = """
 import sys, threading, time
-from eosbatch import cli, steps
+from eosbatch import cli
+from eosbatch.steps import committing
 from eosbatch.ledger.exceptions import LedgerUnavailable
 
 def commit_failing_late(*_):
@@ -98,7 +99,7 @@ def commit_failing_late(*_):
     print("eosbatch: every early record produced; the commit fails now", file=sys.stderr, flush=True)
     raise LedgerUnavailable("PostgreSQL at the test: the commit failed after the early records were produced")
 
-steps._commit = commit_failing_late
+committing.commit_once = commit_failing_late
 sys.exit(cli.main(["run", sys.argv[1], "--max-batches", "1"]))
 """
 

@@ -9,7 +9,7 @@ import sys
 
 from tests.scenario import ROOT
 
-PRODUCTION = ["eosbatch.cli", "eosbatch.commands", "eosbatch.steps", "eosbatch.overlap", "eosbatch.backfill",
+PRODUCTION = ["eosbatch.cli", "eosbatch.commands", "eosbatch.steps", "eosbatch.running", "eosbatch.backfill",
               "eosbatch.verify", "eosbatch.engine.connect", "eosbatch.engine.submit", "eosbatch.orchestration.tasks",
               "spark_apps.process_batch"]
 

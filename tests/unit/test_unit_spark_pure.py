@@ -91,7 +91,7 @@ def test_code_archive_ships_eosbatch_the_pipelines_and_the_project_packages_they
     from eosbatch.engine.submit import code_archive
 
     names = zipfile.ZipFile(code_archive(["tests.pipelines.factory"], tmp_path)).namelist()
-    assert {"eosbatch/steps.py", "tests/pipelines/factory.py", "examples/orders/pipeline.py"} <= set(names)
+    assert {"eosbatch/steps/__init__.py", "tests/pipelines/factory.py", "examples/orders/pipeline.py"} <= set(names)
     assert not any(n.startswith(("pyspark/", "psycopg2/", "confluent_kafka/")) for n in names)
 
 

@@ -32,6 +32,7 @@ from eosbatch import lease as leases
 from eosbatch.exceptions import EosbatchError
 from eosbatch.kafka.publisher import release as release_publishers
 from eosbatch.ledger import store
+from eosbatch.running.summary import RunSummary
 
 Step = Callable[[store.Batch], None]
 
@@ -68,8 +69,8 @@ class _Stage:
                 self.error = exc
 
 
-def run(pipeline_name: str, max_batches: int | None = None, log: steps.Log = steps._quiet) -> steps.RunSummary:
-    """steps.run, with the steps of consecutive batches overlapped (see the module's docstring)."""
+def run(pipeline_name: str, max_batches: int | None = None, log: steps.Log = steps.quiet) -> RunSummary:
+    """running.run, with the steps of consecutive batches overlapped (see the module's docstring)."""
     owner = leases.runner_id()
     settings = config.load()
     finished: list[store.Batch] = []
@@ -138,7 +139,7 @@ def run(pipeline_name: str, max_batches: int | None = None, log: steps.Log = ste
     errors = [e for e in (committer.error, publisher.error) if e is not None] + errors
     if errors:
         raise errors[0]
-    summary = steps.RunSummary(0, 0, 0, 0, 0)
+    summary = RunSummary(0, 0, 0, 0, 0)
     for done in finished:
         summary = summary.add(done)
     return summary
