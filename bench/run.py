@@ -40,7 +40,9 @@ from psycopg2 import sql
 
 from bench import PIPELINES_ENV, cpu
 from eosbatch import config, engine, registry, running, stack, steps
+from eosbatch.commands import context
 from eosbatch.config import Settings
+from eosbatch.context import quiet
 from eosbatch.engine.submit import CONNECT_MODE
 from eosbatch.kafka import record
 from eosbatch.ledger import migrate, sinks
@@ -148,7 +150,7 @@ def _vm_mib(field: str) -> float:
 def _run_child(pipeline: str, reply: Any) -> None:
     registry.load()  # as above: the baseline holds the imports, the peak what the run adds
     baseline = _vm_mib("VmRSS")
-    summary, seconds = _timed(running.run, pipeline)
+    summary, seconds = _timed(running.run, context(pipeline, quiet))
     reply.send(Footprint(summary.records_read, seconds, baseline, _vm_mib("VmHWM")))
 
 
@@ -211,7 +213,7 @@ def warm_up(settings: Settings, runs: list[Run], partitions: int, padding: int) 
     seconds = []
     for run in runs:  # every run reads the first one's topic (see main)
         ensure_topics(settings, {run.output: partitions})
-        summary, took = _timed(running.run, run.name)
+        summary, took = _timed(running.run, context(run.name, quiet))
         if summary.records_read != run.records:
             raise RuntimeError(f"{run.name}: the warm-up run read {summary.records_read} records, "
                                f"expected all {run.records} in one batch")
@@ -247,17 +249,18 @@ def run_pipeline(settings: Settings, run: Run, partitions: int, padding: int) ->
     generated = Timing("generate input (transactional)", len(produced.committed), seconds)
     del produced
     ensure_topics(settings, {run.output: partitions})
-    batch, plan_s, plan_cpu = _measured(steps.plan, run.name)
+    ctx = context(run.name, quiet)
+    batch, plan_s, plan_cpu = _measured(steps.plan, ctx)
     if batch is None:
         raise RuntimeError(f"{run.name}: nothing to plan in {run.topic}")
-    _, process_s, process_cpu = _measured(steps.process, run.name, batch.id)
+    _, process_s, process_cpu = _measured(steps.process, ctx, batch.id)
     durability = durability_cost(settings, run.name, batch.id)
     clean_up_after_rollbacks(settings, run.name)
-    committed, commit_s, commit_cpu = _measured(steps.commit, run.name, batch.id)
+    committed, commit_s, commit_cpu = _measured(steps.commit, ctx, batch.id)
     if committed.records_read != run.records:
         raise RuntimeError(f"{run.name}: batch {batch.id} read {committed.records_read} records, "
                            f"expected all {run.records} in one batch")
-    done, publish_s, publish_cpu = _measured(steps.publish, run.name, batch.id)
+    done, publish_s, publish_cpu = _measured(steps.publish, ctx, batch.id)
     staged = committed.records_read - (committed.dead_letters or 0)
     print("\n" + _table(["commit statement, side by side (rolled back)", "records", "seconds", "records/s",
                          "vs upsert only", ""], [_row(t, durability[0]) for t in durability]) + "\n", flush=True)
@@ -454,7 +457,7 @@ def _eosbatch_round(settings: Settings, run: Run, partitions: int, overlap: bool
     os.environ[config.EARLY_PUBLISH] = "1" if early else "0"  # read by the run's config.load()
     logged: list[str] = []
     try:
-        summary, seconds, used = _measured(running.run, run.name, log=logged.append, overlap=overlap)
+        summary, seconds, used = _measured(running.run, context(run.name, logged.append), overlap=overlap)
     finally:
         os.environ.pop(config.EARLY_PUBLISH)
     if summary.records_read != run.records:
@@ -566,7 +569,7 @@ def tiny_batches(settings: Settings, name: str, peer_name: str, airflow_name: st
         fresh.append(seconds)
     for _ in range(batches):
         produce_orders(settings.kafka_bootstrap, topic, records)
-    summary, within = _timed(running.run, name)  # this process's session is warm after the first batch
+    summary, within = _timed(running.run, context(name, quiet))  # this process's session is warm after the first batch
     if summary.batches < batches:
         raise RuntimeError(f"{name}: expected {batches} batches in one run, got {summary.batches}")
     peer_topic = f"{peer_name}_in"

@@ -32,6 +32,7 @@ from bench import PIPELINES_ENV
 from bench.run import MODULE, TRANSACTION_SIZE, Run, _padding, _settings, _table, _timed
 from eosbatch import commands, config, registry, running, steps
 from eosbatch.config import Settings
+from eosbatch.context import quiet
 from eosbatch.kafka import offsets
 from eosbatch.ledger import store
 from eosbatch.spark import reader
@@ -93,11 +94,12 @@ def partitions_case(settings: Settings, run: Run, partitions: int) -> list[str]:
     ensure_topics(settings, {run.output: partitions})
     _settled(settings, run.topic, partitions, run.records)
     before = ledger(settings)
-    batch, plan_s = _timed(steps.plan, run.name)
+    ctx = commands.context(run.name, quiet)
+    batch, plan_s = _timed(steps.plan, ctx)
     assert batch is not None, f"{run.name}: nothing planned"
-    _, process_s = _timed(steps.process, run.name, batch.id)
-    committed, commit_s = _timed(steps.commit, run.name, batch.id)
-    done, publish_s = _timed(steps.publish, run.name, batch.id)
+    _, process_s = _timed(steps.process, ctx, batch.id)
+    committed, commit_s = _timed(steps.commit, ctx, batch.id)
+    done, publish_s = _timed(steps.publish, ctx, batch.id)
     _, status_s = _timed(commands.status, run.name)
     _, ranges_s = _timed(commands.ranges, run.name)
     grew = _grew(before, ledger(settings))
@@ -157,7 +159,7 @@ def history_case(settings: Settings, run: Run, batches: int, real: int, partitio
     plans: list[float] = []
     started = time.perf_counter()
     for _ in range(batches):
-        batch, plan_s = _timed(steps.plan, run.name)
+        batch, plan_s = _timed(steps.plan, commands.context(run.name, quiet))
         if batch is None:
             raise RuntimeError(f"{run.name}: the topic ran out after {len(plans)} batches")
         plans.append(plan_s)
@@ -170,10 +172,10 @@ def history_case(settings: Settings, run: Run, batches: int, real: int, partitio
         planned, whole = [], []
         for _ in range(real):
             started = time.perf_counter()
-            batch, plan_s = _timed(steps.plan, run.name)
+            batch, plan_s = _timed(steps.plan, commands.context(run.name, quiet))
             if batch is None:
                 raise RuntimeError(f"{run.name}: the topic ran out")
-            done = running.run_batch(run.name, batch)
+            done = running.run_batch(commands.context(run.name, quiet), batch)
             if done.state != "published":
                 raise RuntimeError(f"{run.name}: batch {batch.id} is {done.state}")
             planned.append(plan_s)

@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Literal, NamedTuple
 
-from eosbatch import config, registry, running, steps
+from eosbatch import config, running, steps
 from eosbatch import lease as leases
+from eosbatch.context import Context
 from eosbatch.exceptions import ConfigError
 from eosbatch.kafka import offsets
 from eosbatch.ledger import store
@@ -137,13 +138,12 @@ def describe(plan: BackfillPlan) -> list[str]:
     return lines
 
 
-def backfill(pipeline_name: str, ranges: Iterable[str] | None = None, time_from: str | None = None,
+def backfill(ctx: Context, ranges: Iterable[str] | None = None, time_from: str | None = None,
              time_to: str | None = None, mode: str = "fill", publish: bool | None = None,
-             dry_run: bool = False, log: Log = _quiet, progress: Progress | None = None) -> BackfillReport:
+             dry_run: bool = False, progress: Progress | None = None) -> BackfillReport:
     """Run `backfill` batches over the requested ranges' holes (fill), or re-run their committed parts
     into an idempotent sink (reprocess). Asking twice for a fill plans nothing the second time."""
-    settings = config.load()
-    pipeline = registry.get(pipeline_name)
+    settings, pipeline = ctx.settings, ctx.pipeline
     if mode not in MODES:
         raise ConfigError("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "reprocess" and pipeline.sink.mode != "replace":
@@ -164,18 +164,18 @@ def backfill(pipeline_name: str, ranges: Iterable[str] | None = None, time_from:
 
     owner = leases.runner_id()
     try:
-        return _run_backfill(settings, pipeline, requested, bounds, topic_ids, mode, kind, publish, owner, log,
-                             progress)
+        return _run_backfill(ctx, requested, bounds, topic_ids, mode, kind, publish, owner, progress)
     finally:
         steps.release_publishers()
         leases.release(settings, pipeline.name, "backfill", owner)
 
 
-def _run_backfill(settings: config.Settings, pipeline: Pipeline, requested: list[OffsetRange],
-                  bounds: dict[TopicPartition, PartitionBounds], topic_ids: dict[str, str], mode: Mode,
-                  kind: BatchKind, publish: bool, owner: str, log: Log, progress: Progress | None) -> BackfillReport:
+def _run_backfill(ctx: Context, requested: list[OffsetRange], bounds: dict[TopicPartition, PartitionBounds],
+                  topic_ids: dict[str, str], mode: Mode, kind: BatchKind, publish: bool, owner: str,
+                  progress: Progress | None) -> BackfillReport:
     """The backfill lane's work, its lease held by `owner` (taken by recover, renewed by each batch)."""
-    epoch = steps.recover(pipeline.name, log, "backfill", owner)
+    settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
+    epoch = steps.recover(ctx, "backfill", owner)
     with store.transaction(settings) as cur:
         store.lock_pipeline(cur, pipeline.name, "backfill")
         first_plan = _plan(cur, pipeline, requested, bounds, topic_ids, mode, track=True)
@@ -198,7 +198,7 @@ def _run_backfill(settings: config.Settings, pipeline: Pipeline, requested: list
                                        steps.marker_group(pipeline, "backfill"), publish=publish)
         log(f"batch {batch.id}: planned {kind} {', '.join(map(str, batch.ranges))}")
         try:
-            done = running.run_batch(pipeline.name, batch, log, owner)
+            done = running.run_batch(ctx, batch, owner)
         except (OffsetMismatch, RangeConflict) as exc:
             conflicts += 1
             if conflicts > MAX_CONFLICTS:
@@ -219,11 +219,10 @@ class ReplayReport(NamedTuple):
     batches: tuple[int, ...] = ()
 
 
-def replay(pipeline_name: str, batch_id: int, log: Log = _quiet) -> ReplayReport:
+def replay(ctx: Context, batch_id: int) -> ReplayReport:
     """Aborted and uncovered -> replay batches over the same ranges; committed -> publish it; published or
     covered by later batches -> say so and change nothing."""
-    settings = config.load()
-    pipeline = registry.get(pipeline_name)
+    settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
 
     def decide(cur: store.Cursor) -> tuple[store.Batch, ReplayDecision]:
         batch = store.get_batch(cur, batch_id)
@@ -245,21 +244,21 @@ def replay(pipeline_name: str, batch_id: int, log: Log = _quiet) -> ReplayReport
     if first.action == "nothing":
         return ReplayReport("nothing", first.reason)
     if first.action == "publish":
-        steps.publish(pipeline.name, batch.id, log)
+        steps.publish(ctx, batch.id)
         return ReplayReport("published", first.reason, (batch.id,))
     owner = leases.runner_id()
     try:
-        return _run_replay(settings, pipeline, decide, owner, log)
+        return _run_replay(ctx, decide, owner)
     finally:
         steps.release_publishers()
         leases.release(settings, pipeline.name, "backfill", owner)
 
 
-def _run_replay(settings: config.Settings, pipeline: Pipeline,
-                decide: Callable[[store.Cursor], tuple[store.Batch, ReplayDecision]], owner: str, log: Log
+def _run_replay(ctx: Context, decide: Callable[[store.Cursor], tuple[store.Batch, ReplayDecision]], owner: str
                 ) -> ReplayReport:
     """The replay batches, in the backfill lane, its lease held by `owner`."""
-    epoch = steps.recover(pipeline.name, log, "backfill", owner)
+    settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
+    epoch = steps.recover(ctx, "backfill", owner)
     bounds = offsets.bounds(settings, pipeline.source.topics)
     with store.transaction(settings) as cur:
         store.lock_pipeline(cur, pipeline.name, "backfill")
@@ -277,7 +276,7 @@ def _run_replay(settings: config.Settings, pipeline: Pipeline,
                                          steps.marker_group(pipeline, "backfill"), publish=batch.publish,
                                          replay_of=batch.id)
         log(f"batch {created.id}: replays batch {batch.id}: {', '.join(map(str, created.ranges))}")
-        running.run_batch(pipeline.name, created, log, owner)
+        running.run_batch(ctx, created, owner)
         replays.append(created.id)
     return ReplayReport("replayed", decided.reason, tuple(replays))
 
@@ -296,11 +295,10 @@ class PartitionCoverage(NamedTuple):
     declared: tuple[OffsetRange, ...] = ()   # skipped on purpose by a recorded reset (eosbatch reset)
 
 
-def coverage(pipeline_name: str) -> list[PartitionCoverage]:
+def coverage(ctx: Context) -> list[PartitionCoverage]:
     """Per partition, in the incarnation it is read in now: committed coverage, declared gaps (resets) and the
     holes left between the log start and the next offset."""
-    settings = config.load()
-    pipeline = registry.get(pipeline_name)
+    settings, pipeline = ctx.settings, ctx.pipeline
     bounds = offsets.bounds(settings, pipeline.source.topics)
     with store.transaction(settings) as cur:
         where = store.incarnations(cur, pipeline.name)

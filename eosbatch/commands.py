@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from eosbatch import backfill as history
 from eosbatch import config, registry, running, steps
+from eosbatch.context import Context
 from eosbatch.exceptions import ConfigError
 from eosbatch.kafka import offsets
 from eosbatch.ledger import migrate, store
@@ -16,6 +17,11 @@ if TYPE_CHECKING:
     from eosbatch.stack import StackInfo
 
 Log = Callable[[str], None]
+
+
+def context(pipeline: str, log: Log = print) -> Context:
+    """A command's edge: the settings from the environment, the pipeline from the registry, the log."""
+    return Context(config.load(), registry.get(pipeline), log)
 
 
 # The development stack is imported by its commands only: `run`, the DAG tasks and the rest never load it.
@@ -81,7 +87,7 @@ def db_current() -> str | None:
 
 def run(pipeline: str, max_batches: int | None = None, log: Log = print, overlap: bool | None = None
         ) -> running.RunSummary:
-    return running.run(pipeline, max_batches=max_batches, log=log, overlap=overlap)
+    return running.run(context(pipeline, log), max_batches=max_batches, overlap=overlap)
 
 
 def verify(pipeline: str, recompute: bool = True, log: Log = print, batch_id: int | None = None) -> Any:
@@ -89,25 +95,26 @@ def verify(pipeline: str, recompute: bool = True, log: Log = print, batch_id: in
     from eosbatch.verify import audit, audit_batch
 
     if batch_id is not None:
-        return audit_batch(pipeline, batch_id)
-    return audit(pipeline, recompute=recompute, log=log)
+        return audit_batch(context(pipeline, log), batch_id)
+    return audit(context(pipeline, log), recompute=recompute)
 
 
 def settle_publish(pipeline: str, batch_id: int, republish: bool, log: Log = print) -> store.Batch:
     """The way out of MarkerExpired: the operator looked at the output topic and says what is there."""
+    ctx = context(pipeline, log)
     if republish:
-        return steps.publish(pipeline, batch_id, log, ignore_expired_marker=True)
-    return steps.finalize(pipeline, batch_id, None, log)
+        return steps.publish(ctx, batch_id, ignore_expired_marker=True)
+    return steps.finalize(ctx, batch_id, None)
 
 
 def backfill(pipeline: str, ranges: list[str] | None = None, time_from: str | None = None,
              time_to: str | None = None, mode: str = "fill", publish: bool | None = None, dry_run: bool = False,
              log: Log = print, progress: Any = None) -> history.BackfillReport:
-    return history.backfill(pipeline, ranges, time_from, time_to, mode, publish, dry_run, log, progress)
+    return history.backfill(context(pipeline, log), ranges, time_from, time_to, mode, publish, dry_run, progress)
 
 
 def replay(pipeline: str, batch_id: int, log: Log = print) -> history.ReplayReport:
-    return history.replay(pipeline, batch_id, log)
+    return history.replay(context(pipeline, log), batch_id)
 
 
 def compact(pipeline: str, older_than_days: float | None = None) -> store.Compacted:
@@ -125,11 +132,11 @@ def compact(pipeline: str, older_than_days: float | None = None) -> store.Compac
 
 def abort(pipeline: str, batch_id: int | None = None, log: Log = print) -> list[int]:
     """Abort the batch, or every unfinished batch of the pipeline; a committed one is never aborted."""
-    return steps.abort(pipeline, batch_id, reason="aborted by eosbatch abort", log=log)
+    return steps.abort(context(pipeline, log), batch_id, reason="aborted by eosbatch abort")
 
 
 def ranges(pipeline: str) -> list[history.PartitionCoverage]:
-    return history.coverage(pipeline)
+    return history.coverage(context(pipeline))
 
 
 def status(pipeline_name: str, limit: int = 10) -> dict[str, Any]:
@@ -192,7 +199,8 @@ def reset(pipeline_name: str, partitions: list[str] | None = None, topic: str | 
             raise ConfigError("reset", f"{name!r} is not a source topic of {pipeline.name} "
                                        f"({', '.join(pipeline.source.topics)})")
     why = reason or "eosbatch reset"
-    epochs = {lane: steps.recover(pipeline.name, log, lane) for lane in ("regular", "backfill")}
+    ctx = Context(settings, pipeline, log)
+    epochs = {lane: steps.recover(ctx, lane) for lane in ("regular", "backfill")}
     topic_ids, bounds = offsets.source_state(settings, pipeline.source.topics)
     done: list[sources.Reset] = []
     with store.transaction(settings) as cur:

@@ -83,6 +83,8 @@ class Settings(NamedTuple):
     # One batch at a time: its records are produced into its open Kafka transaction while PostgreSQL commits
     # it, and the Kafka transaction commits only after PostgreSQL's COMMIT (steps.commit_and_publish).
     early_publish: bool = False
+    # Kafka's offsets.retention.minutes, in seconds: how long a marker outlives its last commit.
+    marker_retention_s: float = 10080 * 60.0
 
     def kafka(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings for a client: bootstrap + the user's extra config + the caller's needs."""
@@ -185,12 +187,27 @@ def load(env: dict[str, str] | None = None) -> Settings:
         raise ConfigError(KAFKA_CONFIG, str(exc)) from None
     master = env.get(SPARK_MASTER, "").strip() or "local[2]"
     log_dir = env.get(LOG_DIR, "").strip() or default_log_dir(env)
-    marker_retention_seconds(env)  # read by publish: a bad value must fail now, not after a batch's COMMIT
     return Settings(url, bootstrap, extra, master, _transaction_timeout(env), connect_timeout_s(env), log_dir,
                     _lease_seconds(env.get(LEASE_SECONDS, "").strip()), _spark_remote(env.get(SPARK_REMOTE, "")),
                     _spark_jars(env.get(SPARK_JARS, "")), _staging_writers(env.get(STAGING_WRITERS, "").strip()),
                     *_compaction(env), _flag(OVERLAP, env.get(OVERLAP, "")),
-                    _flag(EARLY_PUBLISH, env.get(EARLY_PUBLISH, "")))
+                    _flag(EARLY_PUBLISH, env.get(EARLY_PUBLISH, "")),
+                    marker_retention_seconds(env))  # read by publish: a bad value fails now, not after a COMMIT
+
+
+def to_env(settings: Settings) -> dict[str, str]:
+    """The settings as the environment variables `load` reads them from: how a child process (the spark-submit
+    driver) gets exactly this process's settings, never through its command line."""
+    return {DATABASE_URL: settings.database_url, KAFKA_BOOTSTRAP: settings.kafka_bootstrap,
+            KAFKA_CONFIG: json.dumps(settings.kafka_config, sort_keys=True), SPARK_MASTER: settings.spark_master,
+            TRANSACTION_TIMEOUT: str(settings.transaction_timeout_ms),
+            CONNECT_TIMEOUT: repr(settings.connect_timeout_s), LOG_DIR: settings.log_dir,
+            LEASE_SECONDS: repr(settings.lease_seconds), SPARK_REMOTE: settings.spark_remote,
+            SPARK_JARS: ",".join(settings.spark_jars),
+            STAGING_WRITERS: str(settings.staging_writers) if settings.staging_writers else "",
+            COMPACT_EVERY: str(settings.compact_every), COMPACT_AFTER_DAYS: repr(settings.compact_after_days),
+            OVERLAP: "1" if settings.overlap else "0", EARLY_PUBLISH: "1" if settings.early_publish else "0",
+            MARKER_RETENTION: str(round(settings.marker_retention_s / 60))}
 
 
 def _flag(name: str, raw: str) -> bool:

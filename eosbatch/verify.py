@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -16,6 +15,7 @@ from typing import Any, NamedTuple
 from confluent_kafka import TopicPartition as KafkaTP
 
 from eosbatch.config import Settings
+from eosbatch.context import Context
 from eosbatch.kafka import clients, record
 from eosbatch.kafka.offsets import admin, partitions
 from eosbatch.ledger import store
@@ -209,7 +209,7 @@ class Audit(NamedTuple):
         return [f for f in self.findings if f.ok is False]
 
 
-def audit(pipeline_name: str, recompute: bool = True, log: Callable[[str], None] = lambda _: None) -> Audit:
+def audit(ctx: Context, recompute: bool = True) -> Audit:
     """Recompute from the outside what must hold for a pipeline, never trusting counts the publisher wrote:
 
     - coverage: committed ranges never overlap, and form one piece per partition up to the next offset;
@@ -220,10 +220,7 @@ def audit(pipeline_name: str, recompute: bool = True, log: Callable[[str], None]
     - sink vs input (`recompute`, runs Spark): the transform applied to the committed input gives the sink,
       and every malformed record of the committed input is a dead letter.
     """
-    from eosbatch import config, registry
-
-    settings = config.load()
-    pipeline = registry.get(pipeline_name)
+    settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     findings: list[Finding] = []
     with store.transaction(settings) as cur:
         cur.execute("SELECT count(*) FROM eosbatch.committed_ranges a JOIN eosbatch.committed_ranges b "
@@ -341,7 +338,7 @@ def _sink_vs_input(settings: Settings, pipeline: Any) -> list[Finding]:
     """Run the pipeline's transform over the committed input on Spark (eosbatch.spark.recompute) and compare."""
     from eosbatch import engine
 
-    recomputed = engine.recompute(settings, pipeline.name)
+    recomputed = engine.recompute(Context(settings, pipeline))
     findings: list[Finding] = []
     columns: list[str] = recomputed["columns"] or list(pipeline.sink.key)
     sink = _sink_rows(settings, pipeline, columns)
@@ -396,15 +393,12 @@ def _sink_vs_input(settings: Settings, pipeline: Any) -> list[Finding]:
 CLOCK_SLACK_MS = 5 * 60_000  # output records are stamped by the publisher's clock, the commit by PostgreSQL's
 
 
-def audit_batch(pipeline_name: str, batch_id: int) -> Audit:
+def audit_batch(ctx: Context, batch_id: int) -> Audit:
     """A cheap check of one finished batch, for the end of each run: its ranges are what it committed, the
     ledger's dead-letter count is what the dead-letter table holds for it, and its output records (found
     in the output topic, read_committed, by their headers, from its commit time on) are exactly the
     commit's count, each once."""
-    from eosbatch import config, registry
-
-    settings = config.load()
-    pipeline = registry.get(pipeline_name)
+    settings, pipeline = ctx.settings, ctx.pipeline
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id)
         cur.execute('SELECT topic, partition, lower(offsets), upper(offsets) FROM eosbatch.committed_ranges '

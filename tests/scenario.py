@@ -12,12 +12,18 @@ from pathlib import Path
 
 from psycopg2 import sql
 
-from eosbatch import config, faults
+from eosbatch import config, faults, registry
+from eosbatch.context import Context, Log, quiet
 from eosbatch.ledger import store
 from eosbatch.verify import check_output, coverage_gaps, read_topic
 from examples.orders import generate
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def context(pipeline: str, log: Log = quiet) -> Context:
+    """What a step takes: this environment's settings, the registered pipeline, a log."""
+    return Context(config.load(), registry.get(pipeline), log)
 
 
 class Scenario:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from eosbatch import config, faults
+from eosbatch.context import Context
 
 Engine = Literal["connect", "submit"]
 
@@ -21,14 +22,15 @@ def kind(settings: config.Settings) -> Engine:
     return "connect" if settings.spark_remote else "submit"
 
 
-def process(settings: config.Settings, pipeline_name: str, batch_id: int, log: Any) -> dict[str, int] | None:
+def process(ctx: Context, batch_id: int) -> dict[str, int] | None:
     """Stage a planned batch and mark it staged; the staged counts (None when the engine does not say)."""
+    settings, pipeline_name = ctx.settings, ctx.pipeline.name
     if kind(settings) == "connect":
         from eosbatch.engine import connect
         from eosbatch.spark.app import process_on
 
-        counts: dict[str, int] = connect.run(settings, f"process batch {batch_id}", process_on, pipeline_name,
-                                             batch_id, log, faults.carried())
+        counts: dict[str, int] = connect.run(settings, f"process batch {batch_id}", process_on, ctx,
+                                             batch_id, faults.carried())
         return counts
     from eosbatch.engine import submit
 
@@ -37,13 +39,14 @@ def process(settings: config.Settings, pipeline_name: str, batch_id: int, log: A
     return value if isinstance(value, dict) else None
 
 
-def recompute(settings: config.Settings, pipeline_name: str) -> dict[str, Any]:
+def recompute(ctx: Context) -> dict[str, Any]:
     """The verifier's recompute of a pipeline's committed input (eosbatch.spark.recompute)."""
+    settings, pipeline_name = ctx.settings, ctx.pipeline.name
     if kind(settings) == "connect":
         from eosbatch.engine import connect
         from eosbatch.spark.recompute import recompute_on
 
-        result: dict[str, Any] = connect.run(settings, f"verify {pipeline_name}", recompute_on, pipeline_name)
+        result: dict[str, Any] = connect.run(settings, f"verify {pipeline_name}", recompute_on, ctx)
         return result
     from eosbatch.engine import submit
 

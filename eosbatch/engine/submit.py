@@ -97,8 +97,9 @@ def command(app: str, args: list[str], settings: config.Settings, log_name: str,
             "--conf", f"spark.sql.redaction.options.regex={REDACTION_REGEX}",
             str(APPS / app), *args]
     result = work / "result.json"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-           RESULT_FILE: str(result)}
+    # The settings go in the child's environment, never its command line (a password in ps).
+    env = {**os.environ, **config.to_env(settings), "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, RESULT_FILE: str(result)}
     for name in CONNECT_MODE:  # set by PySpark in a process that opened a Connect session: not for this driver
         env.pop(name, None)
     if settings.spark_master.startswith("local"):

@@ -2,9 +2,10 @@
 
 Tasks resolve `eosbatch_postgres` (conn type postgres), `eosbatch_kafka` (conn type kafka, librdkafka
 settings in `extra`, as the apache-kafka provider defines it) and `eosbatch_spark` (conn type spark_connect:
-the Spark Connect server) and export EOSBATCH_DATABASE_URL, EOSBATCH_KAFKA_BOOTSTRAP, EOSBATCH_KAFKA_CONFIG
-and EOSBATCH_SPARK_REMOTE before calling the steps, so that `config.load()` and
-the spark-submit child see them. A connection that does not exist falls back to the environment.
+the Spark Connect server) into the settings of EOSBATCH_DATABASE_URL, EOSBATCH_KAFKA_BOOTSTRAP,
+EOSBATCH_KAFKA_CONFIG and EOSBATCH_SPARK_REMOTE; the other settings come from the environment, as does one
+whose connection does not exist. The task hands them to the steps in its Context (the spark-submit child gets
+them in its environment); nothing is written into the task process's environment.
 
 The conversions are pure functions over any object with Airflow's Connection attributes. Passwords are
 never logged: messages name fields and keys, never values.
@@ -181,28 +182,12 @@ def pipeline_conn_id(conn_id: str, pipeline: str) -> str:
     return f"{conn_id}__{pipeline}"
 
 
-# What a pipeline's own connection put into os.environ, with the values it replaced: put back before the
-# next export, so that one process running several pipelines' tasks (dag.test()) never hands pipeline A's
-# database or principal to pipeline B through the environment fallback.
-_replaced_by_own: dict[str, str | None] = {}
-
-
-def _restore(target: Any) -> None:
-    for key, before in _replaced_by_own.items():
-        if before is None:
-            target.pop(key, None)
-        else:
-            target[key] = before
-    _replaced_by_own.clear()
-
-
-def export_settings(log: Log = print, get: Callable[[str], ConnectionLike | None] = _airflow_connection,
-                    environ: dict[str, str] | None = None, pipeline: str | None = None) -> config.Settings:
-    """Resolve the connections into `environ` (os.environ by default) and return the loaded settings.
-    For a pipeline, its own connections (pipeline_conn_id) come first."""
-    target = os.environ if environ is None else environ
-    if target is os.environ:
-        _restore(target)
+def resolved_env(log: Log = print, get: Callable[[str], ConnectionLike | None] = _airflow_connection,
+                 environ: Mapping[str, str] | None = None, pipeline: str | None = None) -> dict[str, str]:
+    """`environ` (default: this process's environment, read only) with the connections' settings over it. For
+    a pipeline, its own connections (pipeline_conn_id) come first; each setting without a connection stays as
+    the environment has it."""
+    env = dict(os.environ if environ is None else environ)
     for shared, convert in ((POSTGRES_CONN_ID, postgres_env), (KAFKA_CONN_ID, kafka_env),
                             (SPARK_CONN_ID, spark_connect_env)):
         candidates = [pipeline_conn_id(shared, pipeline), shared] if pipeline else [shared]
@@ -215,11 +200,25 @@ def export_settings(log: Log = print, get: Callable[[str], ConnectionLike | None
         converted = convert(conn, conn_id)
         if config.DATABASE_URL in converted.env:
             _mask(converted.env[config.DATABASE_URL])
-        if conn_id != shared and target is os.environ:
-            for key in converted.env:
-                _replaced_by_own.setdefault(key, target.get(key))
-        target.update(converted.env)
+        env.update(converted.env)
         for note in converted.notes:
             log(note)
         log(f"connection {conn_id}: exported {', '.join(sorted(converted.env))}")
-    return config.load(dict(target))
+    return env
+
+
+def settings(log: Log = print, get: Callable[[str], ConnectionLike | None] = _airflow_connection,
+             environ: Mapping[str, str] | None = None, pipeline: str | None = None) -> config.Settings:
+    """The settings of a task: the connections (see resolved_env) and the environment's other settings.
+    Nothing is written into the environment: the settings travel in the task's Context."""
+    return config.load(resolved_env(log, get, environ, pipeline))
+
+
+def export_settings(log: Log = print, get: Callable[[str], ConnectionLike | None] = _airflow_connection,
+                    environ: dict[str, str] | None = None, pipeline: str | None = None) -> config.Settings:
+    """`settings`, also written into `environ` when given (a child process's environment being built); never
+    into this process's own."""
+    env = resolved_env(log, get, environ, pipeline)
+    if environ is not None:
+        environ.update(env)
+    return config.load(env)

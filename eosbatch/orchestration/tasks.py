@@ -15,13 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
+from eosbatch.context import Context
 from eosbatch.orchestration import connections, params
 from eosbatch.protocol.lease import airflow_owner
 from eosbatch.protocol.states import Lane
 
 Log = Callable[[str], None]
+LeaseWork = Literal["none", "renew", "heartbeat"]
 
 
 def _log(line: str) -> None:
@@ -40,13 +42,17 @@ def _terminal_fails_for_good(step: str) -> Iterator[None]:
         raise AirflowFailException(f"{step}: {type(exc).__name__}: {exc} (terminal: no retry)") from exc
 
 
-def _prepare(step: str, pipeline: str) -> None:
+def _prepare(step: str, pipeline: str) -> Context:
+    """The task's edge: its settings from the Airflow connections (and the environment's other settings), its
+    pipeline from the registry, its log the task log."""
+    from eosbatch import registry
+
     with _terminal_fails_for_good(step):
-        connections.export_settings(_log, pipeline=pipeline)
+        return Context(connections.settings(_log, pipeline=pipeline), registry.get(pipeline), _log)
 
 
 @contextmanager
-def _announced(pipeline: str, outlet_events: Any, in_lane: Lane | None) -> Iterator[None]:
+def _announced(ctx: Context, outlet_events: Any, in_lane: Lane | None) -> Iterator[None]:
     """Asset events for what the body really did, read from the ledger (see orchestration/assets.py): the
     batches of `in_lane` (None: either) committed, and published, between entering and leaving; and the same
     as OpenLineage inputs and outputs (orchestration/lineage.py). Nothing when the body fails (Airflow records
@@ -54,23 +60,22 @@ def _announced(pipeline: str, outlet_events: Any, in_lane: Lane | None) -> Itera
     if outlet_events is None:
         yield
         return
-    from eosbatch import config, registry
     from eosbatch.ledger import store
     from eosbatch.orchestration import assets, lineage
 
+    settings, pipeline = ctx.settings, ctx.pipeline
     lineage.start_task()
-    settings = config.load()
     with _terminal_fails_for_good("assets"), store.transaction(settings) as cur:
-        mark = store.watermark(cur, pipeline)
+        mark = store.watermark(cur, pipeline.name)
     yield
     with _terminal_fails_for_good("assets"), store.transaction(settings) as cur:
-        changed = store.changed_since(cur, pipeline, mark)
-    found = assets.events(settings, registry.get(pipeline), changed, mark.unpublished, in_lane)
-    assets.emit(outlet_events, registry.get(pipeline), found)
+        changed = store.changed_since(cur, pipeline.name, mark)
+    found = assets.events(settings, pipeline, changed, mark.unpublished, in_lane)
+    assets.emit(outlet_events, pipeline, found)
     for event in found:
         _log(f"asset event: {event.uri} batch {event.extra['batch']}")
     for which in ("sink", "output"):  # OpenLineage (when installed): the ranges read, what they changed
-        lineage.report(settings, registry.get(pipeline), [b for b in changed if any(
+        lineage.report(settings, pipeline, [b for b in changed if any(
             e.which == which and e.extra["batch"] == b.id for e in found)], **{which: True})
 
 
@@ -82,42 +87,50 @@ def run_owner(dag_id: str, run_id: str) -> str:
 
 
 @contextmanager
-def _lease_held(pipeline: str, owner: str | None, heartbeat: bool = False) -> Iterator[None]:
+def _lease_held(ctx: Context, owner: str | None, lease: LeaseWork) -> Iterator[None]:
     """Renew the regular lane's lease first (LaneLost, terminal, if another runner took it), and with
-    `heartbeat` keep renewing it while the step runs. No owner (a direct call): no lease work."""
-    if owner is None:
+    "heartbeat" keep renewing it while the step runs. No owner (a direct call): no lease work."""
+    if owner is None or lease == "none":
         yield
         return
-    from eosbatch import config
     from eosbatch import lease as leases
 
-    settings = config.load()
-    if not heartbeat:
-        leases.renew(settings, pipeline, "regular", owner)
+    if lease == "renew":
+        leases.renew(ctx.settings, ctx.pipeline.name, "regular", owner)
         yield
         return
-    with leases.Heartbeat(settings, pipeline, "regular", owner):
+    with leases.Heartbeat(ctx.settings, ctx.pipeline.name, "regular", owner):
         yield
 
 
-def _release(pipeline: str, owner: str | None) -> None:
+def _release(ctx: Context, owner: str | None) -> None:
     if owner is not None:
-        from eosbatch import config
         from eosbatch import lease as leases
 
-        leases.release(config.load(), pipeline, "regular", owner)
+        leases.release(ctx.settings, ctx.pipeline.name, "regular", owner)
+
+
+@contextmanager
+def _task(step: str, pipeline: str, owner: str | None = None, lease: LeaseWork = "none",
+          outlet_events: Any = None, in_lane: Lane | None = "regular") -> Iterator[Context]:
+    """What every task does around its step: resolve its Context, hold the lane's lease (`lease`: nothing,
+    renew it first, or keep renewing it), announce the asset events of what the step changed in `in_lane`,
+    and fail for good on a terminal error."""
+    with _terminal_fails_for_good(step):
+        ctx = _prepare(step, pipeline)
+        with _lease_held(ctx, owner, lease), _announced(ctx, outlet_events, in_lane):
+            yield ctx
 
 
 def plan(pipeline: str, owner: str | None = None, outlet_events: Any = None) -> int | None:
     """Recover, then plan the next batch; its id, or None when caught up (the rest of the run is skipped).
     Takes the lane's lease for `owner` (the DAG run); LaneBusy (retried) while another runner holds it."""
-    _prepare("plan", pipeline)
     from eosbatch import steps
 
-    with _terminal_fails_for_good("plan"), _announced(pipeline, outlet_events, "regular"):  # a roll-forward publishes
-        batch = steps.plan(pipeline, _log, owner)
+    with _task("plan", pipeline, outlet_events=outlet_events) as ctx:  # a roll-forward publishes
+        batch = steps.plan(ctx, owner)
         if batch is None:
-            _release(pipeline, owner)
+            _release(ctx, owner)
     if batch is None:
         _log(f"{pipeline}: caught up, nothing to plan")
         return None
@@ -125,42 +138,37 @@ def plan(pipeline: str, owner: str | None = None, outlet_events: Any = None) -> 
 
 
 def process(pipeline: str, batch_id: int, owner: str | None = None) -> None:
-    _prepare("process", pipeline)
     from eosbatch import steps
 
-    with _terminal_fails_for_good("process"), _lease_held(pipeline, owner, heartbeat=True):
-        steps.process(pipeline, batch_id, _log)
+    with _task("process", pipeline, owner, "heartbeat") as ctx:
+        steps.process(ctx, batch_id)
 
 
 def commit(pipeline: str, batch_id: int, owner: str | None = None, outlet_events: Any = None) -> dict[str, Any]:
-    _prepare("commit", pipeline)
     from eosbatch import steps
 
-    with _terminal_fails_for_good("commit"), _lease_held(pipeline, owner), \
-            _announced(pipeline, outlet_events, "regular"):
-        batch = steps.commit(pipeline, batch_id, _log)
+    with _task("commit", pipeline, owner, "renew", outlet_events) as ctx:
+        batch = steps.commit(ctx, batch_id)
     return {"batch": batch.id, "state": batch.state, "records_read": batch.records_read,
             "sink_rows": batch.sink_rows, "dead_letters": batch.dead_letters, "output_records": batch.outbox_records,
             "commit_seq": batch.commit_seq}
 
 
 def publish(pipeline: str, batch_id: int, owner: str | None = None) -> int | None:
-    _prepare("publish", pipeline)
     from eosbatch import steps
 
-    with _terminal_fails_for_good("publish"), _lease_held(pipeline, owner, heartbeat=True):
-        return steps.publish_to_kafka(pipeline, batch_id, _log)
+    with _task("publish", pipeline, owner, "heartbeat") as ctx:
+        return steps.publish_to_kafka(ctx, batch_id)
 
 
 def finalize(pipeline: str, batch_id: int, produced: int | None, owner: str | None = None,
              outlet_events: Any = None) -> str:
     """Mark the batch published; the run is done, so the lane's lease is released for the next runner."""
-    _prepare("finalize", pipeline)
     from eosbatch import steps
 
-    with _terminal_fails_for_good("finalize"), _announced(pipeline, outlet_events, "regular"):
-        state = steps.finalize(pipeline, batch_id, produced, _log).state
-        _release(pipeline, owner)
+    with _task("finalize", pipeline, outlet_events=outlet_events) as ctx:
+        state = steps.finalize(ctx, batch_id, produced).state
+        _release(ctx, owner)
     return state
 
 
@@ -170,13 +178,11 @@ def abort(pipeline: str, batch_id: int | None, run_id: str, owner: str | None = 
     if batch_id is None:
         _log(f"{pipeline}: no batch was planned in this run; nothing to abort")
         return []
-    _prepare("abort", pipeline)
     from eosbatch import steps
 
-    with _terminal_fails_for_good("abort"):
-        aborted = steps.abort(pipeline, batch_id, reason=f"aborted by Airflow: a task of run {run_id} failed",
-                              log=_log)
-        _release(pipeline, owner)
+    with _task("abort", pipeline) as ctx:
+        aborted = steps.abort(ctx, batch_id, reason=f"aborted by Airflow: a task of run {run_id} failed")
+        _release(ctx, owner)
     return aborted
 
 
@@ -184,11 +190,9 @@ def summary(pipeline: str, batch_id: int | None) -> dict[str, Any]:
     """What a micro-batch run did, from the ledger: the batch's state and counts, or that it was caught up."""
     if batch_id is None:
         return {"pipeline": pipeline, "caught_up": True}
-    _prepare("done", pipeline)
-    from eosbatch import config
     from eosbatch.ledger import store
 
-    with _terminal_fails_for_good("done"), store.transaction(config.load()) as cur:
+    with _task("done", pipeline) as ctx, store.transaction(ctx.settings) as cur:
         batch = store.get_batch(cur, batch_id)
     counts = {"pipeline": pipeline, "caught_up": False, "batch": batch.id, "state": batch.state,
               "ranges": [str(r) for r in batch.ranges], "records_read": batch.records_read,
@@ -202,11 +206,10 @@ def summary(pipeline: str, batch_id: int | None) -> dict[str, Any]:
 def verify_batch(pipeline: str, batch_id: int) -> list[str]:
     """`eosbatch verify PIPELINE --batch N` as a task: the findings as lines; a violation fails the task
     for good (AirflowFailException), naming what broke."""
-    _prepare("verify", pipeline)
-    from eosbatch import commands
+    from eosbatch.verify import audit_batch
 
-    with _terminal_fails_for_good("verify"):
-        audit = commands.verify(pipeline, batch_id=batch_id)
+    with _task("verify", pipeline) as ctx:
+        audit = audit_batch(ctx, batch_id)
     lines = [finding.line() for finding in audit.findings]
     for line in lines:
         _log(line)
@@ -222,14 +225,13 @@ def verify_batch(pipeline: str, batch_id: int) -> list[str]:
 
 def _backfill(pipeline: str, conf: dict[str, Any], dry_run: bool, outlet_events: Any = None) -> Any:
     request = params.backfill_request(conf)
-    _prepare("backfill", pipeline)
-    from eosbatch import commands
+    from eosbatch import backfill as history
     from eosbatch.backfill import describe
 
-    with _terminal_fails_for_good("backfill"), _announced(pipeline, outlet_events, "backfill"):
-        report = commands.backfill(pipeline, ranges=request.ranges, time_from=request.time_from,
-                                   time_to=request.time_to, mode=request.mode, publish=request.publish,
-                                   dry_run=dry_run, log=_log)
+    with _task("backfill", pipeline, outlet_events=outlet_events, in_lane="backfill") as ctx:
+        report = history.backfill(ctx, ranges=request.ranges, time_from=request.time_from,
+                                  time_to=request.time_to, mode=request.mode, publish=request.publish,
+                                  dry_run=dry_run)
     if dry_run:
         for line in describe(report.plan):
             _log(line)
@@ -288,10 +290,9 @@ def backfill_total(pipeline: str, results: list[dict[str, Any]]) -> dict[str, An
 
 
 def replay(pipeline: str, batch_id: int, outlet_events: Any = None) -> dict[str, Any]:
-    _prepare("replay", pipeline)
-    from eosbatch import commands
+    from eosbatch import backfill as history
 
-    with _terminal_fails_for_good("replay"), _announced(pipeline, outlet_events, None):  # either lane
-        result = commands.replay(pipeline, batch_id, log=_log)
+    with _task("replay", pipeline, outlet_events=outlet_events, in_lane=None) as ctx:  # either lane
+        result = history.replay(ctx, batch_id)
     _log(f"batch {batch_id}: {result.action}: {result.message}")
     return {"action": result.action, "message": result.message, "batches": list(result.batches)}

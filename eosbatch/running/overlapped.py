@@ -27,8 +27,9 @@ import queue
 import threading
 from collections.abc import Callable
 
-from eosbatch import config, steps
 from eosbatch import lease as leases
+from eosbatch import steps
+from eosbatch.context import Context
 from eosbatch.exceptions import EosbatchError
 from eosbatch.kafka.publisher import release as release_publishers
 from eosbatch.ledger import store
@@ -69,26 +70,26 @@ class _Stage:
                 self.error = exc
 
 
-def run(pipeline_name: str, max_batches: int | None = None, log: steps.Log = steps.quiet) -> RunSummary:
+def run(ctx: Context, max_batches: int | None = None) -> RunSummary:
     """running.run, with the steps of consecutive batches overlapped (see the module's docstring)."""
     owner = leases.runner_id()
-    settings = config.load()
+    settings, pipeline_name, log = ctx.settings, ctx.pipeline.name, ctx.log
     finished: list[store.Batch] = []
     errors: list[BaseException] = []
 
     def abort(batch: store.Batch, why: str) -> None:
-        steps.abort(pipeline_name, batch.id, reason=why, log=log)
+        steps.abort(ctx, batch.id, reason=why)
 
     def commit(batch: store.Batch) -> None:
         if publisher.error is not None:  # the run stops: commit nothing more for a publisher that failed
             not_committed(batch)
             return
-        with steps.aborted_on_failure(pipeline_name, batch.id):
-            steps.commit(pipeline_name, batch.id, log)
+        with steps.aborted_on_failure(ctx, batch.id):
+            steps.commit(ctx, batch.id)
         publisher.put(batch)
 
     def publish(batch: store.Batch) -> None:
-        finished.append(steps.publish(pipeline_name, batch.id, log))
+        finished.append(steps.publish(ctx, batch.id))
 
     def not_committed(batch: store.Batch) -> None:
         abort(batch, "aborted: a batch before it in this overlapped run failed")
@@ -100,7 +101,7 @@ def run(pipeline_name: str, max_batches: int | None = None, log: steps.Log = ste
     publisher = _Stage(f"eosbatch-publish-{pipeline_name}", publish, not_published)
     committer = _Stage(f"eosbatch-commit-{pipeline_name}", commit, not_committed)
     try:
-        batch = steps.plan(pipeline_name, log, owner)  # recovers the lane and takes its epoch
+        batch = steps.plan(ctx, owner)  # recovers the lane and takes its epoch
         if batch is not None:
             epoch, planned = batch.epoch, 1
             with leases.Heartbeat(settings, pipeline_name, "regular", owner) as lease, \
@@ -110,12 +111,12 @@ def run(pipeline_name: str, max_batches: int | None = None, log: steps.Log = ste
                 stages.callback(committer.close)
                 while batch is not None:
                     try:
-                        steps.process(pipeline_name, batch.id, log)
+                        steps.process(ctx, batch.id)
                         lease.check()
                         # Planned before this batch goes to commit: the plan waits for a commit under way
                         # (both lock the next offsets), and this way it never waits for this batch's.
                         more = max_batches is None or planned < max_batches
-                        upcoming = steps.plan(pipeline_name, log, owner, epoch=epoch) if more else None
+                        upcoming = steps.plan(ctx, owner, epoch=epoch) if more else None
                     except BaseException as exc:
                         with contextlib.suppress(Exception):
                             abort(batch, f"{type(exc).__name__}: {exc}")
@@ -133,7 +134,7 @@ def run(pipeline_name: str, max_batches: int | None = None, log: steps.Log = ste
         publisher.close()
         release_publishers()
         with contextlib.suppress(EosbatchError):  # a bad setting was reported by plan already
-            leases.release(config.load(), pipeline_name, "regular", owner)
+            leases.release(settings, pipeline_name, "regular", owner)
     # A stage's error comes first: the main thread's (a batch it aborted, a lost lane) follows from it or
     # came later, since the main thread looks at the stages only between its steps.
     errors = [e for e in (committer.error, publisher.error) if e is not None] + errors

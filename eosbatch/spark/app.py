@@ -7,20 +7,22 @@ import uuid
 from typing import Any, NamedTuple
 
 from eosbatch import config, faults, registry
+from eosbatch.context import Context
 from eosbatch.exceptions import TerminalError, TransientError
 from eosbatch.ledger import sinks, store
-from eosbatch.pipeline import Pipeline
 from eosbatch.spark import reader, schema
 from eosbatch.spark.session import on_own_session
 from eosbatch.spark.staging import DEAD_LETTER_COLUMNS, RESULT_SCHEMA, StageTarget, WriterResult, stage_partition
 
 
-def process(pipeline_name: str, batch_id: int, log: Any = print) -> dict[str, int]:
-    """The spark-submit engine's driver: a session of its own for this one batch."""
-    return on_own_session("eosbatch", process_on, pipeline_name, batch_id, log, faults.carried())
+def process(pipeline_name: str, batch_id: int) -> dict[str, int]:
+    """The spark-submit engine's driver: a session of its own for this one batch. Its edge: the settings
+    come from the environment the runner gave it (eosbatch.engine.submit), the pipeline from the registry."""
+    ctx = Context(config.load(), registry.get(pipeline_name), print)
+    return on_own_session("eosbatch", process_on, ctx, batch_id, faults.carried())
 
 
-def process_on(spark: Any, pipeline_name: str, batch_id: int, log: Any, fault: dict[str, str]) -> dict[str, int]:
+def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -> dict[str, int]:
     """Stage one planned batch on `spark` (a classic or a Spark Connect session) and mark it staged.
 
     One Spark action over the ranges: the records read and the malformed ones are counted by an
@@ -29,8 +31,7 @@ def process_on(spark: Any, pipeline_name: str, batch_id: int, log: Any, fault: d
     rows. Only a batch that had malformed records reads their ranges again, in a second action that stages
     them as dead letters; only one whose map tasks ran twice counts its records in an action of their own.
     Only tags and counts reach the driver."""
-    settings = config.load()
-    pipeline: Pipeline = registry.get(pipeline_name)
+    settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id)
         store.check_epoch(cur, batch)

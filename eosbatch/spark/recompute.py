@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from eosbatch import config, registry
+from eosbatch.context import Context
 from eosbatch.ledger import store
 from eosbatch.protocol.ranges import subtract
 from eosbatch.protocol.states import claims_coverage
@@ -34,16 +35,17 @@ def _plain(value: Any) -> Any:
 
 
 def recompute(pipeline_name: str) -> dict[str, Any]:
-    """The spark-submit engine's driver: a session of its own."""
-    return on_own_session("eosbatch-verify", recompute_on, pipeline_name)
+    """The spark-submit engine's driver: a session of its own. Its edge: the settings come from the
+    environment the runner gave it (eosbatch.engine.submit), the pipeline from the registry."""
+    ctx = Context(config.load(), registry.get(pipeline_name), print)
+    return on_own_session("eosbatch-verify", recompute_on, ctx)
 
 
-def recompute_on(spark: Any, pipeline_name: str) -> dict[str, Any]:
+def recompute_on(spark: Any, ctx: Context) -> dict[str, Any]:
     """{"columns", "rows", "malformed", "records"} of the committed input, recomputed on `spark`."""
     from pyspark.sql import functions as F
 
-    settings = config.load()
-    pipeline = registry.get(pipeline_name)
+    settings, pipeline = ctx.settings, ctx.pipeline
     with store.transaction(settings) as cur:
         cur.execute("SELECT id FROM eosbatch.batches WHERE pipeline = %s AND state IN ('committed', 'published') "
                     "ORDER BY id", (pipeline.name,))

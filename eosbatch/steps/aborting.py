@@ -5,13 +5,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from eosbatch import config, registry
+from eosbatch.context import Context
 from eosbatch.ledger import sinks, store
 from eosbatch.ledger.exceptions import OffsetMismatch, RangeConflict
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol.states import ABORTABLE
-from eosbatch.steps.shared import Log
-from eosbatch.steps.shared import quiet as _quiet
 
 
 def abort_in(cur: store.Cursor, pipeline: Pipeline, batch: store.Batch, reason: str) -> store.Batch:
@@ -21,12 +19,10 @@ def abort_in(cur: store.Cursor, pipeline: Pipeline, batch: store.Batch, reason: 
     return batch
 
 
-def abort(pipeline_name: str, batch_id: int | None = None, reason: str = "aborted", log: Log = _quiet
-          ) -> list[int]:
+def abort(ctx: Context, batch_id: int | None = None, reason: str = "aborted") -> list[int]:
     """Abort the given batch, or every unfinished one: offsets stay, so the same ranges are planned again.
     A committed batch is never aborted: it can only be rolled forward."""
-    settings = config.load()
-    pipeline = registry.get(pipeline_name)
+    settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     aborted: list[int] = []
     with store.transaction(settings) as cur:
         store.lock_pipeline(cur, pipeline.name)
@@ -42,7 +38,7 @@ def abort(pipeline_name: str, batch_id: int | None = None, reason: str = "aborte
 
 
 @contextlib.contextmanager
-def aborted_on_failure(pipeline_name: str, batch_id: int) -> Iterator[None]:
+def aborted_on_failure(ctx: Context, batch_id: int) -> Iterator[None]:
     """Around a batch's steps up to its commit: any failure aborts the batch (its ranges are planned again)
     and is raised. A commit that refused the batch (offsets moved, a range overlap) has aborted it itself."""
     try:
@@ -50,5 +46,5 @@ def aborted_on_failure(pipeline_name: str, batch_id: int) -> Iterator[None]:
     except (OffsetMismatch, RangeConflict):
         raise
     except Exception as exc:
-        abort(pipeline_name, batch_id, reason=f"{type(exc).__name__}: {exc}")
+        abort(ctx, batch_id, reason=f"{type(exc).__name__}: {exc}")
         raise

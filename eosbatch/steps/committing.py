@@ -5,27 +5,25 @@ from __future__ import annotations
 
 import psycopg2.errors
 
-from eosbatch import config, faults, registry
+from eosbatch import faults
+from eosbatch.context import Context
 from eosbatch.kafka import offsets
 from eosbatch.ledger import commits, sinks, store
 from eosbatch.ledger.exceptions import NotStaged, OffsetMismatch, RangeConflict, StagingLost
 from eosbatch.protocol.backfill import offset_moves
 from eosbatch.protocol.states import claims_coverage
 from eosbatch.steps.aborting import abort
-from eosbatch.steps.shared import Log
-from eosbatch.steps.shared import quiet as _quiet
 
 
-def commit(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
+def commit(ctx: Context, batch_id: int) -> store.Batch:
     """The decision point: one PostgreSQL transaction moves results, dead letters, the outbox and offsets
     together, after proving that staging still holds every row the batch staged."""
-    return commit_once(pipeline_name, batch_id, log)[0]
+    return commit_once(ctx, batch_id)[0]
 
 
-def commit_once(pipeline_name: str, batch_id: int, log: Log) -> tuple[store.Batch, bool]:
+def commit_once(ctx: Context, batch_id: int) -> tuple[store.Batch, bool]:
     """`commit`, and whether this call committed the batch (False: it was committed or published already)."""
-    settings = config.load()
-    pipeline = registry.get(pipeline_name)
+    settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     # Asked before the transaction: a record the output cannot take is caught here, not after COMMIT.
     limit = offsets.max_record_bytes(settings, pipeline.output.topic) if pipeline.output is not None else None
     try:
@@ -63,7 +61,7 @@ def commit_once(pipeline_name: str, batch_id: int, log: Log) -> tuple[store.Batc
             batch = store.get_batch(cur, batch_id)
             faults.point("commit.before_commit")
     except (OffsetMismatch, RangeConflict, StagingLost) as exc:
-        abort(pipeline.name, batch_id, reason=str(exc))
+        abort(ctx, batch_id, reason=str(exc))
         raise
     faults.point("commit.after_commit")
     log(f"batch {batch_id}: committed {moved.sink_rows} sink rows, {dead} dead letters, "

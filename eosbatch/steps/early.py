@@ -7,8 +7,9 @@ import contextlib
 import threading
 from typing import Any
 
-from eosbatch import config, faults, registry
+from eosbatch import faults
 from eosbatch.bulk import paused_gc
+from eosbatch.context import Context
 from eosbatch.exceptions import EosbatchError, Fenced
 from eosbatch.kafka import record
 from eosbatch.kafka.publisher import TransactionalPublisher, TxnState, publishing
@@ -18,11 +19,10 @@ from eosbatch.protocol.recovery import marker_metadata
 from eosbatch.protocol.states import lane
 from eosbatch.steps.committing import commit, commit_once
 from eosbatch.steps.publishing import OUTBOX_CHUNK, finalize, publish
-from eosbatch.steps.shared import Log, check_output_topic, transactional_id
-from eosbatch.steps.shared import quiet as _quiet
+from eosbatch.steps.shared import check_output_topic, transactional_id
 
 
-def commit_and_publish(pipeline_name: str, batch_id: int, log: Log = _quiet) -> store.Batch:
+def commit_and_publish(ctx: Context, batch_id: int) -> store.Batch:
     """commit, publish and finalize a staged batch, its records produced into its open Kafka transaction
     while PostgreSQL commits it (EOSBATCH_EARLY_PUBLISH): the commit holds one core, producing takes the other.
 
@@ -38,8 +38,7 @@ def commit_and_publish(pipeline_name: str, batch_id: int, log: Log = _quiet) -> 
     aborted and planned again, after it the batch is published from its outbox (DESIGN.md's failure matrix).
     The transaction stays open for the commit and the publish together: EOSBATCH_TRANSACTION_TIMEOUT_MS must
     cover both."""
-    settings = config.load()
-    pipeline = registry.get(pipeline_name)
+    settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     query = None
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id)
@@ -48,8 +47,8 @@ def commit_and_publish(pipeline_name: str, batch_id: int, log: Log = _quiet) -> 
             query = sinks.early_outbox_query(cur, pipeline, batch)
             sequence = commits.upcoming_commit_seq(cur, pipeline.name)
     if query is None or pipeline.output is None:
-        commit(pipeline_name, batch_id, log)
-        return publish(pipeline_name, batch_id, log)
+        commit(ctx, batch_id)
+        return publish(ctx, batch_id)
     check_output_topic(settings, pipeline)
     topic = pipeline.output.topic
     headers = record.batch_headers(pipeline.name, batch_id, sequence)
@@ -76,13 +75,13 @@ def commit_and_publish(pipeline_name: str, batch_id: int, log: Log = _quiet) -> 
         except EosbatchError as exc:  # nothing produced yet: the batch commits, then publishes as usual
             log(f"batch {batch_id}: early publish not started ({exc}); committing, then publishing")
             held.close()
-            commit(pipeline_name, batch_id, log)
-            return publish(pipeline_name, batch_id, log)
+            commit(ctx, batch_id)
+            return publish(ctx, batch_id)
         producer = threading.Thread(target=produce, args=(publisher,), name=f"eosbatch-early-publish-{batch_id}")
         with paused_gc():
             producer.start()
             try:
-                committed, by_us = commit_once(pipeline_name, batch_id, log)
+                committed, by_us = commit_once(ctx, batch_id)
             except BaseException:
                 producer.join()
                 if publisher.state is TxnState.IN_TXN:  # a fatal or fenced producer is closed on the way out
@@ -109,5 +108,5 @@ def commit_and_publish(pipeline_name: str, batch_id: int, log: Log = _quiet) -> 
                     publisher.abort()
             log(f"batch {batch_id}: early publish dropped ({why}); publishing from the outbox")
     if published is None:
-        return publish(pipeline_name, batch_id, log)
-    return finalize(pipeline_name, batch_id, published, log)
+        return publish(ctx, batch_id)
+    return finalize(ctx, batch_id, published)

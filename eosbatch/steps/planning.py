@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from eosbatch import config, faults, registry
+from eosbatch import faults
 from eosbatch import lease as leases
+from eosbatch.context import Context
 from eosbatch.kafka import offsets
 from eosbatch.ledger import store
 from eosbatch.pipeline import Pipeline
@@ -20,15 +21,14 @@ from eosbatch.steps.shared import Log, check_output_topic
 from eosbatch.steps.shared import quiet as _quiet
 
 
-def recover(pipeline_name: str, log: Log = _quiet, in_lane: Lane = "regular", owner: str | None = None) -> int:
+def recover(ctx: Context, in_lane: Lane = "regular", owner: str | None = None) -> int:
     """Take the lane over (its lease, then bump its epoch), abort its unfinished batches, roll its committed
     ones forward. Raises LaneBusy, changing nothing, while another runner holds the lane's lease.
 
     `owner` names the runner (default: this process, as the CLI); the lease stays with it until released
     or expired. Every recovery bumps the epoch, the holder's own too: a new plan fences anything older,
     even a zombie attempt of the same owner (an Airflow task retried while its first attempt lives on)."""
-    settings = config.load()
-    pipeline = registry.get(pipeline_name)
+    settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     owner = owner or leases.runner_id()
     with store.transaction(settings) as cur:
         store.lock_pipeline(cur, pipeline.name, in_lane)
@@ -42,12 +42,11 @@ def recover(pipeline_name: str, log: Log = _quiet, in_lane: Lane = "regular", ow
     for batch in pending:
         if recovery_action(batch.state) == "roll_forward":
             log(f"batch {batch.id}: committed but not published; rolling forward")
-            publish(pipeline.name, batch.id, log, epoch=epoch)
+            publish(ctx, batch.id, epoch=epoch)
     return epoch
 
 
-def plan(pipeline_name: str, log: Log = _quiet, owner: str | None = None, epoch: int | None = None
-         ) -> store.Batch | None:
+def plan(ctx: Context, owner: str | None = None, epoch: int | None = None) -> store.Batch | None:
     """Recover, then plan the next regular batch up to the last stable offset; None when caught up.
     The lane's lease stays with `owner` (see recover): release it when the work is done.
 
@@ -55,12 +54,11 @@ def plan(pipeline_name: str, log: Log = _quiet, owner: str | None = None, epoch:
     (planned or staged, not committed: an overlapped run, eosbatch.running.overlapped). Then nothing is
     recovered and the epoch stays (a bump would fence those batches); the new batch starts where they end, and
     the commit's compare-and-set holds it back until they have all committed."""
-    settings = config.load()
-    pipeline = registry.get(pipeline_name)
+    settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     # first: a committed batch that cannot publish says so on the batch
     continuing = epoch is not None
     if epoch is None:
-        epoch = recover(pipeline.name, log, owner=owner)
+        epoch = recover(ctx, owner=owner)
     check_output_topic(settings, pipeline)
     topic_ids, bounds = offsets.source_state(settings, pipeline.source.topics)
     with store.transaction(settings) as cur:

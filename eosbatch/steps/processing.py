@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from eosbatch import config, engine
+from eosbatch import engine
+from eosbatch.context import Context
 from eosbatch.exceptions import EosbatchError
 from eosbatch.ledger import store
-from eosbatch.steps.shared import Log
-from eosbatch.steps.shared import quiet as _quiet
 
 
-def process(pipeline_name: str, batch_id: int, log: Log = _quiet) -> None:
+def process(ctx: Context, batch_id: int) -> None:
     """Stage a planned batch on the Spark engine (eosbatch.engine); it marks the batch staged."""
-    settings = config.load()
+    settings, log = ctx.settings, ctx.log
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id)
     if batch.state != "planned":
         log(f"batch {batch_id}: already {batch.state}; nothing to process")
         return
     try:
-        counts = engine.process(settings, pipeline_name, batch_id, log)
+        counts = engine.process(ctx, batch_id)
     except EosbatchError:
         with store.transaction(settings) as cur:
             now = store.get_batch(cur, batch_id)

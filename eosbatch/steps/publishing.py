@@ -8,8 +8,9 @@ from typing import Any
 
 from psycopg2 import sql
 
-from eosbatch import config, faults, registry
+from eosbatch import config, faults
 from eosbatch.bulk import paused_gc
+from eosbatch.context import Context
 from eosbatch.exceptions import Fenced, TerminalError
 from eosbatch.kafka import marker, record
 from eosbatch.kafka.exceptions import MarkerExpired
@@ -18,8 +19,7 @@ from eosbatch.kafka.record import Headers, Outgoing
 from eosbatch.ledger import commits, sinks, store, stream
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol.recovery import marker_metadata, publish_action
-from eosbatch.steps.shared import Log, check_output_topic, transactional_id
-from eosbatch.steps.shared import quiet as _quiet
+from eosbatch.steps.shared import check_output_topic, transactional_id
 from eosbatch.steps.upkeep import compact_due
 
 OUTBOX_CHUNK = 5_000  # records per fetch from the outbox (bounded memory: one chunk in flight, one in use)
@@ -60,36 +60,34 @@ def _legacy_outbox(connection: Any, pipeline: Pipeline, batch: store.Batch, comm
             yield (None if key is None else key.encode()), value.encode(), common
 
 
-def publish(pipeline_name: str, batch_id: int, log: Log = _quiet, epoch: int | None = None,
-            ignore_expired_marker: bool = False) -> store.Batch:
+def publish(ctx: Context, batch_id: int, epoch: int | None = None, ignore_expired_marker: bool = False
+            ) -> store.Batch:
     """Publish a committed batch in one Kafka transaction together with its marker; then finalize."""
-    outcome = publish_to_kafka(pipeline_name, batch_id, log, epoch, ignore_expired_marker)
-    return finalize(pipeline_name, batch_id, outcome, log)
+    outcome = publish_to_kafka(ctx, batch_id, epoch, ignore_expired_marker)
+    return finalize(ctx, batch_id, outcome)
 
 
-def publish_to_kafka(pipeline_name: str, batch_id: int, log: Log = _quiet, epoch: int | None = None,
-                     ignore_expired_marker: bool = False) -> int | None:
+def publish_to_kafka(ctx: Context, batch_id: int, epoch: int | None = None, ignore_expired_marker: bool = False
+                     ) -> int | None:
     """The Kafka half of publish: see `_publish_to_kafka`. A terminal failure of a committed batch (the output
     topic deleted, no write permission, an expired marker) is recorded on the batch, so `status` shows why
     its lane is stuck until the operator acts; fencing is not a failure of the batch and is not recorded."""
     try:
-        return _publish_to_kafka(pipeline_name, batch_id, log, epoch, ignore_expired_marker)
+        return _publish_to_kafka(ctx, batch_id, epoch, ignore_expired_marker)
     except TerminalError as exc:
         if not isinstance(exc, Fenced):
-            store.record_error(config.load(), batch_id, f"publish: {type(exc).__name__}: {exc}")
+            store.record_error(ctx.settings, batch_id, f"publish: {type(exc).__name__}: {exc}")
         raise
 
 
-def _publish_to_kafka(pipeline_name: str, batch_id: int, log: Log, epoch: int | None,
-                      ignore_expired_marker: bool) -> int | None:
+def _publish_to_kafka(ctx: Context, batch_id: int, epoch: int | None, ignore_expired_marker: bool) -> int | None:
     """The Kafka half of publish: the output and the marker in one transaction; the batch stays committed
     until `finalize`. Returns the records produced, or None when an earlier run had published them.
 
     `epoch` is the runner's own epoch of the lane (default: the batch's): a runner that was frozen and
     resumed finds a newer epoch here and stops *before* init_transactions(), which would otherwise fence
     the live runner's publisher."""
-    settings = config.load()
-    pipeline = registry.get(pipeline_name)
+    settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id)
         if batch.state == "committed":
@@ -107,14 +105,14 @@ def _publish_to_kafka(pipeline_name: str, batch_id: int, log: Log, epoch: int | 
                     owner=f"batch {batch_id} of pipeline {pipeline.name!r}") as publisher:
         found = marker.read(settings, batch.marker_group, [r.tp for r in batch.ranges])
         action = publish_action(batch.id, batch.ranges, found, legacy=batch.commit_seq is None,
-                                age_seconds=age, retention_seconds=config.marker_retention_seconds())
+                                age_seconds=age, retention_seconds=settings.marker_retention_s)
         if action == "finalize_only":
             log(f"batch {batch_id}: its marker shows it published already; finalizing only")
         elif action == "marker_expired" and not ignore_expired_marker:
             raise MarkerExpired(
                 f"batch {batch_id} was committed {(age or 0) / 3600:.1f} h ago and its marker (group "
                 f"{batch.marker_group}) is gone: Kafka expires a group's offsets after offsets.retention.minutes "
-                f"({config.marker_retention_seconds() / 60:.0f} min assumed, {config.MARKER_RETENTION}), so "
+                f"({settings.marker_retention_s / 60:.0f} min assumed, {config.MARKER_RETENTION}), so "
                 "eosbatch cannot tell whether it was published. Look for records with header "
                 f"{record.BATCH}={batch_id} in the output topic; then `eosbatch publish {pipeline.name} "
                 f"{batch_id} --published` (they are there) or `--republish` (they are not)")
@@ -135,11 +133,10 @@ def _publish_to_kafka(pipeline_name: str, batch_id: int, log: Log, epoch: int | 
     return produced
 
 
-def finalize(pipeline_name: str, batch_id: int, produced: int | None = None, log: Log = _quiet) -> store.Batch:
+def finalize(ctx: Context, batch_id: int, produced: int | None = None) -> store.Batch:
     """Mark a published batch so and drop its staging and outbox rows. The published count is the one the
     commit fixed: a batch finalized from its marker (an earlier run produced it) gets it too."""
-    settings = config.load()
-    pipeline = registry.get(pipeline_name)
+    settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id, lock=True)
         if batch.state == "published":

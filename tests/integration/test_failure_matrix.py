@@ -88,7 +88,7 @@ def test_early_publish_killed_at_each_point_then_next_run_recovers_exactly_once(
 FAILING_COMMIT = """
 import sys, threading, time
 from eosbatch import cli
-from eosbatch.steps import committing
+from eosbatch.steps import early
 from eosbatch.ledger.exceptions import LedgerUnavailable
 
 def commit_failing_late(*_):
@@ -99,7 +99,7 @@ def commit_failing_late(*_):
     print("eosbatch: every early record produced; the commit fails now", file=sys.stderr, flush=True)
     raise LedgerUnavailable("PostgreSQL at the test: the commit failed after the early records were produced")
 
-committing.commit_once = commit_failing_late
+early.commit_once = commit_failing_late
 sys.exit(cli.main(["run", sys.argv[1], "--max-batches", "1"]))
 """
 

@@ -12,6 +12,7 @@ from eosbatch.ledger.exceptions import StaleEpoch
 from eosbatch.protocol.ranges import OffsetRange
 from eosbatch.verify import read_topic
 from examples.orders import generate
+from tests.scenario import context
 
 pytestmark = pytest.mark.integration
 
@@ -23,16 +24,16 @@ def test_commit_with_a_stale_epoch_is_rejected_and_changes_nothing(settings, uni
     Pipeline(name=f"fence_{unique}", source=KafkaSource(topics=[topic]), transform=lambda df: df,
              sink=PostgresSink(table=f"fence_{unique}", key=["offset"]))
     name = f"fence_{unique}"
-    zombie = steps.plan(name)
+    zombie = steps.plan(context(name))
     assert zombie is not None and zombie.state == "planned"
-    steps.recover(name)  # a new runner takes over: epoch bumped, the zombie's batch aborted
+    steps.recover(context(name))  # a new runner takes over: epoch bumped, the zombie's batch aborted
     with pytest.raises(StaleEpoch):
-        steps.commit(name, zombie.id)
+        steps.commit(context(name), zombie.id)
     with store.transaction(settings) as cur:
         assert store.get_batch(cur, zombie.id).state == "aborted"
         assert store.committed_coverage(cur, name) == []
         assert set(store.next_offsets(cur, name).values()) == {0}
-    again = steps.plan(name)
+    again = steps.plan(context(name))
     assert again is not None and again.ranges == zombie.ranges  # the same ranges, planned again
 
 

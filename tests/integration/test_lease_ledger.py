@@ -15,7 +15,7 @@ from eosbatch.ledger import store
 from eosbatch.ledger.exceptions import LaneBusy, LaneLost, StaleEpoch
 from eosbatch.protocol.lease import airflow_owner, cli_owner
 from examples.orders import generate
-from tests.scenario import Scenario
+from tests.scenario import Scenario, context
 
 pytestmark = pytest.mark.integration
 
@@ -50,11 +50,11 @@ def expire(settings, name: str) -> None:
 
 def test_a_busy_lane_is_left_alone_then_taken_over_after_expiry_and_the_old_holder_is_fenced(settings, unique):
     name = _pipeline(settings, unique)
-    planned = steps.plan(name, owner=A)
+    planned = steps.plan(context(name), owner=A)
     assert planned is not None
     before = epoch(settings, name)
     with pytest.raises(LaneBusy) as busy:
-        steps.plan(name, owner=B)
+        steps.plan(context(name), owner=B)
     assert A in str(busy.value) and "regular lane" in str(busy.value) and " s)" in str(busy.value)
     assert epoch(settings, name) == before  # no bump: A keeps working undisturbed
     with store.transaction(settings) as cur:
@@ -62,7 +62,7 @@ def test_a_busy_lane_is_left_alone_then_taken_over_after_expiry_and_the_old_hold
     leases.renew(config.load(), name, "regular", A)  # A is still the holder
 
     expire(settings, name)  # A froze past its lease
-    taker = steps.recover(name, owner=B)
+    taker = steps.recover(context(name), owner=B)
     assert taker == before + 1
     (held, takeovers) = lease_row(settings, name)
     assert held.owner == B and takeovers == 1
@@ -72,22 +72,22 @@ def test_a_busy_lane_is_left_alone_then_taken_over_after_expiry_and_the_old_hold
         leases.renew(config.load(), name, "regular", A)
     assert B in str(lost.value) and isinstance(lost.value, StaleEpoch)
     with pytest.raises(StaleEpoch):
-        steps.commit(name, planned.id)
+        steps.commit(context(name), planned.id)
     with pytest.raises(LaneBusy):  # and A cannot take the lane back while B holds it
-        steps.recover(name, owner=A)
+        steps.recover(context(name), owner=A)
 
 
 def test_the_holder_plans_again_without_a_takeover_and_a_released_lane_is_free_at_once(settings, unique):
     name = _pipeline(settings, unique)
-    first = steps.plan(name, owner=A)
-    again = steps.plan(name, owner=A)  # the holder's next plan (a retry, the next batch): renew, no takeover
+    first = steps.plan(context(name), owner=A)
+    again = steps.plan(context(name), owner=A)  # the holder's next plan (a retry, the next batch): renew, no takeover
     assert first is not None and again is not None and again.ranges == first.ranges
     assert lease_row(settings, name)[1] == 0
     leases.release(config.load(), name, "regular", B)  # not B's: nothing happens
     assert lease_row(settings, name)[0].owner == A
     leases.release(config.load(), name, "regular", A)
     assert lease_row(settings, name)[0].owner is None
-    assert steps.plan(name, owner=B) is not None  # no wait for an expiry
+    assert steps.plan(context(name), owner=B) is not None  # no wait for an expiry
     assert lease_row(settings, name)[1] == 0  # taken, not taken over
 
 
@@ -96,22 +96,22 @@ def test_a_cli_holder_whose_process_is_gone_is_taken_over_before_its_expiry(sett
     dead = subprocess.Popen(["true"])
     dead.wait()
     gone = cli_owner(socket.gethostname(), dead.pid, "gone")
-    epoch = steps.recover(name, owner=gone)
-    assert steps.recover(name, owner=B) == epoch + 1  # the dead CLI never renews nor releases: no wait for it
+    epoch = steps.recover(context(name), owner=gone)
+    assert steps.recover(context(name), owner=B) == epoch + 1  # the dead CLI never renews nor releases: no wait for it
     assert lease_row(settings, name)[0].owner == B and lease_row(settings, name)[1] == 1
     leases.release(config.load(), name, "regular", B)
-    steps.recover(name, owner=cli_owner(socket.gethostname(), 1, "init"))  # pid 1 lives: wait for the expiry
+    steps.recover(context(name), owner=cli_owner(socket.gethostname(), 1, "init"))  # pid 1 lives: wait for the expiry
     with pytest.raises(LaneBusy):
-        steps.recover(name, owner=B)
+        steps.recover(context(name), owner=B)
 
 
 def test_a_new_run_of_the_same_dag_takes_over_from_an_earlier_run_at_once(settings, unique):
     name = _pipeline(settings, unique)
-    steps.plan(name, owner=A)  # run_a fails where nothing releases the lease (say, publish for good)
+    steps.plan(context(name), owner=A)  # run_a fails where nothing releases the lease (say, publish for good)
     with pytest.raises(LaneBusy):  # another runner waits for its expiry
-        steps.recover(name, owner=B)
+        steps.recover(context(name), owner=B)
     later = airflow_owner("eosbatch__lease", "run_c")  # max_active_runs=1: run_a has ended
-    steps.plan(name, owner=later)
+    steps.plan(context(name), owner=later)
     assert lease_row(settings, name)[0].owner == later and lease_row(settings, name)[1] == 1
 
 
