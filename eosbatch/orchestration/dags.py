@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import DAG, Param, TaskGroup, conf, get_current_context, task
 
 from eosbatch.orchestration import assets, params, tasks
+from eosbatch.protocol import sequence
 
 if TYPE_CHECKING:
     from eosbatch.pipeline import Pipeline
@@ -72,31 +73,11 @@ def microbatch_group(pipeline: Pipeline, group_id: str = "eosbatch", prefix_grou
                    ) as group:
 
         # Only the group's tasks that take the planned batch are skipped: nothing past `done` is.
-        @task.short_circuit(task_id="plan", ignore_downstream_trigger_rules=False,
-                            outlets=assets.aliases(pipeline, "output"), **retry)
+        @task.short_circuit(task_id=sequence.PLAN.name, ignore_downstream_trigger_rules=False,
+                            outlets=assets.aliases(pipeline, *sequence.PLAN.announces), doc_md=sequence.PLAN.doc,
+                            **retry)
         def plan() -> int | None:
-            """Recover unfinished batches, then plan the next one up to the last stable offset."""
             return tasks.plan(name, _owner(), _outlet_events())
-
-        @task(task_id="process", **retry)
-        def process(batch_id: int) -> None:
-            """Run the batch on the Spark engine: read the planned ranges, stage results and dead letters."""
-            tasks.process(name, batch_id, _owner())
-
-        @task(task_id="commit", outlets=assets.aliases(pipeline, "sink"), **retry)
-        def commit(batch_id: int) -> dict[str, Any]:
-            """One PostgreSQL transaction: sink upsert, dead letters, offsets. After it, only roll forward."""
-            return tasks.commit(name, batch_id, _owner(), _outlet_events())
-
-        @task(task_id="publish", **retry)
-        def publish(batch_id: int) -> int | None:
-            """One Kafka transaction: the output records and the marker."""
-            return tasks.publish(name, batch_id, _owner())
-
-        @task(task_id="finalize", outlets=assets.aliases(pipeline, "output"), **retry)
-        def finalize(batch_id: int, produced: int | None) -> str:
-            """Record the batch as published (the output topic's asset event is added here)."""
-            return tasks.finalize(name, batch_id, produced, _owner(), _outlet_events())
 
         @task(task_id="abort", trigger_rule="one_failed", **retry)
         def abort(plan_task: str) -> list[int]:
@@ -112,11 +93,15 @@ def microbatch_group(pipeline: Pipeline, group_id: str = "eosbatch", prefix_grou
 
         planned: Any = plan()  # an XComArg: the planned batch id, resolved when each task runs
         batch = planned
-        processed = process(batch)
-        committed = commit(batch)
-        published: Any = publish(batch)
-        processed >> committed >> published
-        finalized = finalize(batch, published)
+        before: Any = planned
+        abortable: list[Any] = []
+        for step in sequence.AFTER_PLAN:  # process -> commit -> publish -> finalize, as declared
+            made = _batch_task(pipeline, step, retry)(batch, before if step.takes_previous else None)
+            before >> made
+            if step.abortable:
+                abortable.append(made)
+            before = made
+        finalized = before
         if verify:
 
             @task(task_id="verify", retries=1, retry_delay=RETRY_DELAY)
@@ -128,9 +113,24 @@ def microbatch_group(pipeline: Pipeline, group_id: str = "eosbatch", prefix_grou
             finalized >> checked
             finalized = checked
         aborted = abort(planned.operator.task_id)
-        [processed, committed] >> aborted
+        abortable >> aborted
         [finalized, aborted] >> done(planned.operator.task_id)
     return group
+
+
+def _batch_task(pipeline: Pipeline, step: sequence.Step, retry: dict[str, Any]) -> Any:
+    """The task of one declared step after plan (eosbatch.protocol.sequence): its outlets are the aliases of
+    the assets it may add events to; it takes the planned batch and, where declared, what the task before it
+    returned."""
+    name = pipeline.name
+    outlets = assets.aliases(pipeline, *step.announces) if step.announces else None
+
+    @task(task_id=step.name, outlets=outlets, doc_md=step.doc, **retry)
+    def run_step(batch_id: int, previous: Any = None) -> Any:
+        return tasks.batch_task(step.name, name, batch_id, previous, _owner(),
+                                _outlet_events() if step.announces else None)
+
+    return run_step
 
 
 def microbatch_dag(pipeline: Pipeline) -> DAG:

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any
 
 from eosbatch.context import Context
 from eosbatch.orchestration import connections, params
+from eosbatch.protocol import sequence
 from eosbatch.protocol.lease import airflow_owner
+from eosbatch.protocol.sequence import LeaseWork
 from eosbatch.protocol.states import Lane
 
 Log = Callable[[str], None]
-LeaseWork = Literal["none", "renew", "heartbeat"]
 
 
 def _log(line: str) -> None:
@@ -137,39 +138,54 @@ def plan(pipeline: str, owner: str | None = None, outlet_events: Any = None) -> 
     return batch.id
 
 
-def process(pipeline: str, batch_id: int, owner: str | None = None) -> None:
-    from eosbatch import steps
+def _batch_step(name: str, pipeline: str, batch_id: int, previous: Any = None, owner: str | None = None,
+                outlet_events: Any = None) -> Any:
+    """One declared step of a planned batch (eosbatch.protocol.sequence) as a task: the lease work and asset
+    events it declares; the run's last step releases the lane's lease."""
+    from eosbatch.steps import sequence as bound
 
-    with _task("process", pipeline, owner, "heartbeat") as ctx:
-        steps.process(ctx, batch_id)
+    step = sequence.step(name)
+    with _task(name, pipeline, owner, step.lease, outlet_events if step.announces else None) as ctx:
+        done = bound.call(step, ctx, batch_id, previous)
+        if step.releases:
+            _release(ctx, owner)
+    return done
+
+
+def process(pipeline: str, batch_id: int, owner: str | None = None) -> None:
+    _batch_step("process", pipeline, batch_id, owner=owner)
 
 
 def commit(pipeline: str, batch_id: int, owner: str | None = None, outlet_events: Any = None) -> dict[str, Any]:
-    from eosbatch import steps
-
-    with _task("commit", pipeline, owner, "renew", outlet_events) as ctx:
-        batch = steps.commit(ctx, batch_id)
+    batch = _batch_step("commit", pipeline, batch_id, owner=owner, outlet_events=outlet_events)
     return {"batch": batch.id, "state": batch.state, "records_read": batch.records_read,
             "sink_rows": batch.sink_rows, "dead_letters": batch.dead_letters, "output_records": batch.outbox_records,
             "commit_seq": batch.commit_seq}
 
 
 def publish(pipeline: str, batch_id: int, owner: str | None = None) -> int | None:
-    from eosbatch import steps
-
-    with _task("publish", pipeline, owner, "heartbeat") as ctx:
-        return steps.publish_to_kafka(ctx, batch_id)
+    produced: int | None = _batch_step("publish", pipeline, batch_id, owner=owner)
+    return produced
 
 
 def finalize(pipeline: str, batch_id: int, produced: int | None, owner: str | None = None,
              outlet_events: Any = None) -> str:
     """Mark the batch published; the run is done, so the lane's lease is released for the next runner."""
-    from eosbatch import steps
-
-    with _task("finalize", pipeline, outlet_events=outlet_events) as ctx:
-        state = steps.finalize(ctx, batch_id, produced).state
-        _release(ctx, owner)
+    state: str = _batch_step("finalize", pipeline, batch_id, produced, owner, outlet_events).state
     return state
+
+
+BATCH_TASKS: dict[str, Callable[..., Any]] = {"process": process, "commit": commit, "publish": publish,
+                                              "finalize": finalize}
+
+
+def batch_task(name: str, pipeline: str, batch_id: int, previous: Any, owner: str | None, outlet_events: Any
+               ) -> Any:
+    """The DAG's task of the declared step `name` after plan: its task function, given what the step takes
+    (what the task before it returned) and, where it adds asset events, the task's outlet events."""
+    step = sequence.step(name)
+    extra = {"outlet_events": outlet_events} if step.announces else {}
+    return BATCH_TASKS[name](pipeline, batch_id, *([previous] if step.takes_previous else []), owner=owner, **extra)
 
 
 def abort(pipeline: str, batch_id: int | None, run_id: str, owner: str | None = None) -> list[int]:

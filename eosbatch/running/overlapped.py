@@ -33,7 +33,9 @@ from eosbatch.context import Context
 from eosbatch.exceptions import EosbatchError
 from eosbatch.kafka.publisher import release as release_publishers
 from eosbatch.ledger import store
+from eosbatch.protocol import sequence
 from eosbatch.running.summary import RunSummary
+from eosbatch.steps import sequence as bound
 
 Step = Callable[[store.Batch], None]
 
@@ -84,12 +86,11 @@ def run(ctx: Context, max_batches: int | None = None) -> RunSummary:
         if publisher.error is not None:  # the run stops: commit nothing more for a publisher that failed
             not_committed(batch)
             return
-        with steps.aborted_on_failure(ctx, batch.id):
-            steps.commit(ctx, batch.id)
+        bound.run_in_order(ctx, batch.id, sequence.in_stage("commit"))
         publisher.put(batch)
 
     def publish(batch: store.Batch) -> None:
-        finished.append(steps.publish(ctx, batch.id))
+        finished.append(bound.run_in_order(ctx, batch.id, sequence.in_stage("publish")))
 
     def not_committed(batch: store.Batch) -> None:
         abort(batch, "aborted: a batch before it in this overlapped run failed")
@@ -111,7 +112,8 @@ def run(ctx: Context, max_batches: int | None = None) -> RunSummary:
                 stages.callback(committer.close)
                 while batch is not None:
                     try:
-                        steps.process(ctx, batch.id)
+                        for step in sequence.in_stage("main"):  # aborted below on failure, as the plan
+                            bound.call(step, ctx, batch.id)
                         lease.check()
                         # Planned before this batch goes to commit: the plan waits for a commit under way
                         # (both lock the next offsets), and this way it never waits for this batch's.

@@ -9,26 +9,23 @@ from eosbatch import steps
 from eosbatch.context import Context
 from eosbatch.exceptions import EosbatchError
 from eosbatch.ledger import store
+from eosbatch.protocol import sequence
 from eosbatch.protocol.states import lane
 from eosbatch.running import overlapped
 from eosbatch.running.summary import RunSummary
-from eosbatch.steps import aborted_on_failure
+from eosbatch.steps import sequence as bound
 
 
 def run_batch(ctx: Context, batch: store.Batch, owner: str | None = None) -> store.Batch:
-    """process -> commit -> publish for one planned batch; aborts it if it fails before the commit.
-    The lane's lease (held by `owner`, default this process) is renewed before each step and by a
-    heartbeat meanwhile; a runner that finds it lost stops with LaneLost."""
+    """The declared steps after plan (eosbatch.protocol.sequence: process -> commit -> publish -> finalize)
+    for one planned batch; aborts it if it fails before the commit. The lane's lease (held by `owner`, default
+    this process) is checked before each step that needs it and renewed by a heartbeat meanwhile; a runner
+    that finds it lost stops with LaneLost."""
     settings = ctx.settings
     with leases.Heartbeat(settings, ctx.pipeline.name, lane(batch.kind), owner or leases.runner_id()) as lease:
-        with aborted_on_failure(ctx, batch.id):
-            steps.process(ctx, batch.id)
-            lease.check()
-            if settings.early_publish:
-                return steps.commit_and_publish(ctx, batch.id)  # a committed batch is never aborted
-            steps.commit(ctx, batch.id)
-        lease.check()
-        return steps.publish(ctx, batch.id)
+        done: store.Batch = bound.run_in_order(ctx, batch.id, sequence.after_plan(settings.early_publish),
+                                               lease.check)
+    return done
 
 
 def run(ctx: Context, max_batches: int | None = None, overlap: bool | None = None) -> RunSummary:

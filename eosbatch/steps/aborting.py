@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from eosbatch.context import Context
+from eosbatch.context import Context, quiet
 from eosbatch.ledger import sinks, store
 from eosbatch.ledger.exceptions import OffsetMismatch, RangeConflict
 from eosbatch.pipeline import Pipeline
@@ -46,5 +46,5 @@ def aborted_on_failure(ctx: Context, batch_id: int) -> Iterator[None]:
     except (OffsetMismatch, RangeConflict):
         raise
     except Exception as exc:
-        abort(ctx, batch_id, reason=f"{type(exc).__name__}: {exc}")
+        abort(ctx.logging_to(quiet), batch_id, reason=f"{type(exc).__name__}: {exc}")
         raise

@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg2.errors
 
 from eosbatch import faults
-from eosbatch.context import Context
+from eosbatch.context import Context, quiet
 from eosbatch.kafka import offsets
 from eosbatch.ledger import commits, sinks, store
 from eosbatch.ledger.exceptions import NotStaged, OffsetMismatch, RangeConflict, StagingLost
@@ -61,7 +61,7 @@ def commit_once(ctx: Context, batch_id: int) -> tuple[store.Batch, bool]:
             batch = store.get_batch(cur, batch_id)
             faults.point("commit.before_commit")
     except (OffsetMismatch, RangeConflict, StagingLost) as exc:
-        abort(ctx, batch_id, reason=str(exc))
+        abort(ctx.logging_to(quiet), batch_id, reason=str(exc))  # the error says it
         raise
     faults.point("commit.after_commit")
     log(f"batch {batch_id}: committed {moved.sink_rows} sink rows, {dead} dead letters, "
