@@ -12,7 +12,8 @@ import sys
 import time
 from decimal import Decimal
 
-from eosbatch import config, stack, steps
+from eosbatch import config, registry, running, stack
+from eosbatch.context import Context
 from eosbatch.ledger import migrate, store
 from eosbatch.verify import check_output, coverage_gaps, read_topic
 from examples.orders import generate
@@ -36,7 +37,8 @@ def main() -> int:
           f"malformed, {produced.aborted} in aborted transactions ({time.monotonic() - started:.1f}s)")
     for name in ("order_totals", "orders_latest"):
         started = time.monotonic()
-        summary = steps.run(name, log=lambda line, name=name: print(f"[{name}] {line}"))
+        ctx = Context(settings, registry.get(name), lambda line, name=name: print(f"[{name}] {line}"))
+        summary = running.run(ctx)
         print(f"[{name}] {summary.batches} batches, {summary.records_read} records read in "
               f"{time.monotonic() - started:.1f}s")
     return 0 if check(settings) else 1

@@ -1,4 +1,4 @@
-"""The overlapped run (eosbatch.overlap): batch N+1 is planned and processed while N commits and N-1
+"""The overlapped run (eosbatch.running.overlapped): batch N+1 is planned and processed while N commits and N-1
 publishes. These tests show that the steps really overlapped (from the runner's own log order, checked
 against the ledger), that commits and publishes keep plan order, and that a runner killed in the middle of
 an overlapped run, with several batches in flight, is recovered exactly-once by the next run. The input
