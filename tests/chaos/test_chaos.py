@@ -151,9 +151,10 @@ def test_postgres_crash_mid_early_publish_then_recovery(settings, unique, servic
 
 @pytest.mark.parametrize("engine", ["connect"], indirect=True)  # three spark-submits per run would be minutes
 def test_postgres_crash_with_overlapped_batches_in_flight(settings, unique, services, runners, engine):
-    """An overlapped run (eosbatch.overlap) is frozen inside its second commit, with the third batch planned or
-    staged beside it and the first committed or published; PostgreSQL stops like a power cut (the staging of
-    both unfinished batches is gone) and the runner is SIGKILLed. The next overlapped run recovers them all."""
+    """An overlapped run (eosbatch.running.overlapped) is frozen inside its second commit, with the third batch
+    planned or staged beside it and the first committed or published; PostgreSQL stops like a power cut (the
+    staging of both unfinished batches is gone) and the runner is SIGKILLed. The next overlapped run recovers
+    them all."""
     scenario = Scenario(settings, unique, "latest", records=RECORDS, batch=300)
     first = runners.start(scenario, "run", scenario.pipeline, "--overlap", fault="commit.before_commit@2:stop")
     first.stopped_at("commit.before_commit")
