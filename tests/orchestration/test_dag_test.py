@@ -24,7 +24,7 @@ def history(settings, airflow_db, unique, monkeypatch) -> Scenario:
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # spark-submit's driver imports the pipeline module too
     import tests.pipelines.scheduled
 
-    importlib.reload(tests.pipelines.scheduled)  # register this test's pipelines here, as spark-submit will
+    importlib.reload(tests.pipelines.scheduled)  # this test's pipelines here, as spark-submit will build them
     return Scenario(settings, unique, "latest", batch=1000, start="latest")
 
 
