@@ -7,10 +7,10 @@ import pytest
 from eosbatch import KafkaSource, Pipeline, PostgresSink, registry, steps
 from eosbatch.kafka.exceptions import PublisherFenced
 from eosbatch.kafka.publisher import TransactionalPublisher
+from eosbatch.kafka.read_back import read_topic
 from eosbatch.ledger import store
 from eosbatch.ledger.exceptions import StaleEpoch
 from eosbatch.protocol.ranges import OffsetRange
-from eosbatch.verify import read_topic
 from examples.orders import generate
 
 pytestmark = pytest.mark.integration
