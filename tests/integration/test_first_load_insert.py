@@ -65,7 +65,7 @@ def test_both_forms_leave_the_same_sink_and_outbox(settings, unique, monkeypatch
                 with connection.cursor() as cur:
                     batch = _prepare(cur, pipeline)
                     # the commit would choose the INSERT by itself
-                    assert sinks._insert_pays(cur, pipeline, sinks.key_columns(cur, pipeline))
+                    assert sinks.insert_pays(cur, pipeline, sinks.key_columns(cur, pipeline))
                     monkeypatch.setattr(sinks, "_insert_pays", lambda *_, chosen=insert: chosen)
                     moved = sinks.move_to_sink(cur, pipeline, batch, with_outbox=True, max_record_bytes=1_000_000)
                     results[insert] = (moved, *_after(cur, pipeline, batch))
@@ -91,9 +91,9 @@ def test_the_plain_insert_is_chosen_only_for_an_empty_sink(settings, unique) -> 
     try:
         with connection.cursor() as cur:
             _prepare(cur, pipeline)
-            assert sinks._insert_pays(cur, pipeline, sinks.key_columns(cur, pipeline))
+            assert sinks.insert_pays(cur, pipeline, sinks.key_columns(cur, pipeline))
             cur.execute(sql.SQL("INSERT INTO {} VALUES ('stored', 'v', 0, 0)").format(sinks.sink_table(pipeline)))
-            assert not sinks._insert_pays(cur, pipeline, sinks.key_columns(cur, pipeline))
+            assert not sinks.insert_pays(cur, pipeline, sinks.key_columns(cur, pipeline))
     finally:
         connection.rollback()
         connection.close()
@@ -115,7 +115,7 @@ def test_a_key_another_transaction_stores_meanwhile_falls_back_to_the_upsert(set
                 sinks.sink_table(pipeline)))
         with connection.cursor() as cur:
             batch = _prepare(cur, pipeline)
-            assert sinks._insert_pays(cur, pipeline, sinks.key_columns(cur, pipeline))
+            assert sinks.insert_pays(cur, pipeline, sinks.key_columns(cur, pipeline))
             cur.execute("SELECT pg_backend_pid()")
             pid = cur.fetchone()[0]
 
