@@ -257,8 +257,7 @@ def _outbox(settings: config.Settings, pipeline: Pipeline, batch: store.Batch, c
     if batch.outbox_columns is not None:
         query: sql.Composable = sinks.outbox_query(pipeline, batch.outbox_columns)
     else:  # committed before the typed outbox (ledger revision 0008): its records are JSON already
-        query = sql.SQL("SELECT seq::text, key, value, source_topic, source_partition::text, "
-                        "source_offset::text FROM eosbatch.outbox WHERE batch_id = %s")
+        query = sinks.json_outbox_query()
     # Text as bytes, numbers rendered by the server: no decoding and encoding per field here.
     yield from record.outgoing(stream.chunks(settings, query, (batch.id,), OUTBOX_CHUNK, text_as_bytes=True),
                                pipeline.source.topics, common)

@@ -49,7 +49,7 @@ def test_records_published_from_the_typed_outbox_are_the_ones_the_commit_rendere
             cur.execute(sql.SQL("SELECT c.k, row_to_json(c.*)::text FROM (SELECT {} FROM {}) c").format(listed, sink))
             before = dict(cur.fetchall())
             # What it does now: the outbox typed as the records are, filled from the same rows, read by publish.
-            table = sinks.ensure_outbox(cur, pipeline, sinks._result_columns(
+            table = sinks.ensure_outbox(cur, pipeline, sinks.result_columns(
                 cur, sql.SQL("SELECT {} FROM {}").format(listed, sink), {}))
             cur.execute(sql.SQL("INSERT INTO {} SELECT 7, row_number() OVER (), {} FROM {}").format(
                 table, listed, sink))
@@ -85,7 +85,7 @@ def test_a_column_a_committed_batch_waits_on_is_never_retyped(settings, unique) 
         with store.transaction(settings) as cur:  # published: its rows, if still there, wait for a TRUNCATE
             cur.execute("UPDATE eosbatch.batches SET state = 'published' WHERE id = %s", (batch.id,))
             sinks.ensure_outbox(cur, pipeline, retyped)
-            assert sinks._table_types(cur, table) == {"_eosbatch_batch": "bigint", "_eosbatch_seq": "bigint",
+            assert sinks.table_types(cur, table) == {"_eosbatch_batch": "bigint", "_eosbatch_seq": "bigint",
                                                       "k": "text", "amount": "numeric", "added": "bigint"}
     finally:
         with store.transaction(settings) as cur:

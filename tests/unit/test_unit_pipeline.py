@@ -299,7 +299,7 @@ def test_value_schema_fields_may_not_collide_with_kafka_columns(field):
 
 def test_keys_compare_alike_only_with_every_column_of_the_same_type_and_collation() -> None:
     """The plain INSERT into an empty sink relies on staging's keys being the sink's: one row per key in the
-    batch is then one row per key in the sink's unique index (sinks._insert_pays)."""
+    batch is then one row per key in the sink's unique index (sinks.insert_pays)."""
     text, c_text = KeyColumn("text", 100, False), KeyColumn("text", 950, True)
     number = KeyColumn("integer", 0, False)
     both = {"k": text, "n": number}
