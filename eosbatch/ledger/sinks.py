@@ -14,9 +14,10 @@ import psycopg2
 import psycopg2.errors
 from psycopg2 import sql
 
+from eosbatch.ledger.cleanup import OPEN_BATCH_IDS, open_batch_params, table_exists
 from eosbatch.ledger.errors import first_line
 from eosbatch.ledger.exceptions import SinkError
-from eosbatch.ledger.store import OPEN_BATCH_IDS, Batch, Cursor, open_batch_params, table_exists
+from eosbatch.ledger.store import Batch, Cursor
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol.states import BatchKind, lane
 
@@ -167,7 +168,7 @@ def _ensure_stage(cur: Cursor, pipeline: Pipeline, columns: list[Column], defini
 
 def _open_batches_use(cur: Cursor, pipeline: Pipeline, table: sql.Identifier, column: str) -> bool:
     """Whether a batch still open has a value in `column` of the pipeline's staging table or outbox (a
-    published batch's rows may wait there for a TRUNCATE: store.delete_batch_rows)."""
+    published batch's rows may wait there for a TRUNCATE: cleanup.delete_batch_rows)."""
     cur.execute(sql.SQL(f"SELECT EXISTS (SELECT 1 FROM {{}} WHERE {{}} IS NOT NULL AND {{}} = ANY("  # noqa: S608
                         f"{OPEN_BATCH_IDS}))").format(table, sql.Identifier(column), sql.Identifier(BATCH_COLUMN)),
                 open_batch_params(pipeline.name))
