@@ -43,7 +43,7 @@ from eosbatch import config, engine, registry, stack, steps
 from eosbatch.config import Settings
 from eosbatch.engine.submit import CONNECT_MODE
 from eosbatch.kafka import record
-from eosbatch.ledger import migrate, sinks
+from eosbatch.ledger import migrate, sinks, trial
 from examples.orders.generate import ensure_topics, generate
 
 RECORD_BYTES = 200
@@ -272,28 +272,13 @@ def durability_cost(settings: Settings, pipeline: str, batch_id: int, rounds: in
     """The commit's durability costs, measured on the batch just staged, alternating, each in a transaction
     that is rolled back: the upsert alone (what the commit did before the outbox) against the staged-count
     check plus the upsert that also writes the logged outbox from RETURNING. Best of `rounds` each."""
-    from eosbatch.ledger import store
-
     defined = registry.get(pipeline)
-    best: dict[str, tuple[int, float]] = {}
+    best: dict[str, trial.Trial] = {}
     for _ in range(rounds):
         for label, durable in (("upsert only (before)", False), ("count check + upsert + outbox (now)", True)):
-            connection = store.connect(settings)
-            try:
-                with connection.cursor() as cur:
-                    batch = store.get_batch(cur, batch_id)
-                    started = time.perf_counter()
-                    if durable:
-                        assert not sinks.missing_staged(cur, defined, batch)
-                    moved = sinks.move_to_sink(cur, defined, batch, with_outbox=durable)
-                    seconds = time.perf_counter() - started
-                connection.rollback()
-            finally:
-                connection.close()
-            staged = sum((batch.writer_counts("sink") or {}).values())
-            if label not in best or seconds < best[label][1]:
-                best[label] = (staged, seconds)
-            del moved
+            tried = trial.rolled_back_move(settings, defined, batch_id, durable)
+            if label not in best or tried.seconds < best[label].seconds:
+                best[label] = tried
     return [Timing(label, n, s) for label, (n, s) in best.items()]
 
 

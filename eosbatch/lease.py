@@ -71,9 +71,8 @@ def renew(settings: config.Settings, pipeline: str, in_lane: Lane, owner: str) -
         renewed = lanes.renew_lease(cur, pipeline, in_lane, owner, settings.lease_seconds)
         if renewed is not None:
             return renewed
-        cur.execute("SELECT owner FROM eosbatch.lane_leases WHERE pipeline = %s AND lane = %s", (pipeline, in_lane))
-        row = cur.fetchone()
-    holder = row[0] if row else None
+        lane_now = lanes.lane_leases(cur, pipeline).get(in_lane)  # (its lease, its takeovers)
+    holder = lane_now[0].owner if lane_now else None
     # Only its holder releases a lease: gone from `owner`, it was taken over (and maybe released since).
     now_held = f"another runner ({holder}) took it over" if holder else "another runner took it over (and is done)"
     raise LaneLost(f"pipeline {pipeline!r}: this runner ({owner}) lost the {in_lane} lane: {now_held}, "

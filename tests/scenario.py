@@ -13,8 +13,9 @@ from pathlib import Path
 from psycopg2 import sql
 
 from eosbatch import config, faults
+from eosbatch.kafka.read_back import read_topic
 from eosbatch.ledger import claims, positions, store
-from eosbatch.verify import check_output, coverage_gaps, read_topic
+from eosbatch.verify import check_output, coverage_gaps
 from examples.orders import generate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 from eosbatch import config, faults, registry
 from eosbatch.exceptions import TerminalError, TransientError
 from eosbatch.ledger import lanes, sinks, store
+from eosbatch.ledger.staging import DEAD_LETTERS_STAGE
 from eosbatch.pipeline import Pipeline
 from eosbatch.spark import reader, schema
 from eosbatch.spark.session import on_own_session
@@ -131,7 +132,7 @@ def _stage_dead_letters(parsed: Any, dsn: str, nonce: str, batch_id: int) -> lis
     from pyspark.sql import functions as F
 
     error = F.col(reader.ERROR_COLUMN)
-    target = StageTarget("dead_letters", "eosbatch.staged_dead_letters")
+    target = StageTarget("dead_letters", DEAD_LETTERS_STAGE)
     rows = (parsed.where(error.isNotNull()).select(*DEAD_LETTER_COLUMNS, error)
             .mapInArrow(stage_partition(dsn, target, nonce, batch_id, {}), RESULT_SCHEMA).collect())
     return [WriterResult(r["writer"], r["rows"]) for r in rows]

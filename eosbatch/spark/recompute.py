@@ -17,6 +17,7 @@ from typing import Any
 
 from eosbatch import config, registry
 from eosbatch.ledger import claims, store
+from eosbatch.ledger.audit import committed_batches
 from eosbatch.protocol.ranges import subtract
 from eosbatch.protocol.states import claims_coverage
 from eosbatch.spark import reader
@@ -45,9 +46,7 @@ def recompute_on(spark: Any, pipeline_name: str) -> dict[str, Any]:
     settings = config.load()
     pipeline = registry.get(pipeline_name)
     with store.transaction(settings) as cur:
-        cur.execute("SELECT id FROM eosbatch.batches WHERE pipeline = %s AND state IN ('committed', 'published') "
-                    "ORDER BY id", (pipeline.name,))
-        batches = [store.get_batch(cur, row[0]) for row in cur.fetchall()]
+        batches = committed_batches(cur, pipeline.name)
         # A reprocess re-ran ranges that another batch committed: counted there.
         runs = [list(b.ranges) for b in batches if claims_coverage(b.kind) and b.ranges]
         if any(claims_coverage(b.kind) and not b.ranges for b in batches):  # compacted

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from eosbatch import KafkaSource, Pipeline, PostgresSink, steps
+from eosbatch import KafkaSource, Pipeline, PostgresSink, registry, steps
 from eosbatch.kafka.exceptions import PublisherFenced
 from eosbatch.kafka.publisher import TransactionalPublisher
+from eosbatch.kafka.read_back import read_topic
 from eosbatch.ledger import claims, positions, store
 from eosbatch.ledger.exceptions import StaleEpoch
 from eosbatch.protocol.ranges import OffsetRange
-from eosbatch.verify import read_topic
 from examples.orders import generate
 
 pytestmark = pytest.mark.integration
@@ -20,8 +20,8 @@ def test_commit_with_a_stale_epoch_is_rejected_and_changes_nothing(settings, uni
     topic = f"fence_in_{unique}"
     generate.ensure_topics(settings, {topic: 2})
     generate.generate(settings, topic, records=300, partitions=2, abort_every=0)
-    Pipeline(name=f"fence_{unique}", source=KafkaSource(topics=[topic]), transform=lambda df: df,
-             sink=PostgresSink(table=f"fence_{unique}", key=["offset"]))
+    registry.register(Pipeline(name=f"fence_{unique}", source=KafkaSource(topics=[topic]), transform=lambda df: df,
+                               sink=PostgresSink(table=f"fence_{unique}", key=["offset"])))
     name = f"fence_{unique}"
     zombie = steps.plan(name)
     assert zombie is not None and zombie.state == "planned"

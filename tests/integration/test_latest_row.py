@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import Producer
 from psycopg2 import sql
 
+from eosbatch.kafka.read_back import read_topic
 from eosbatch.ledger import cleanup, store
-from eosbatch.verify import read_topic
 from examples.orders import generate
 from tests.scenario import ROOT
 

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from eosbatch import KafkaSource, Pipeline, PostgresSink, config, steps
+from eosbatch import KafkaSource, Pipeline, PostgresSink, config, registry, steps
 from eosbatch import lease as leases
 from eosbatch.cli import EXIT_TRANSIENT
 from eosbatch.ledger import lanes, store
@@ -26,8 +26,8 @@ def _pipeline(settings, unique: str) -> str:
     topic = f"lease_in_{unique}"
     generate.ensure_topics(settings, {topic: 2})
     generate.generate(settings, topic, records=100, partitions=2, abort_every=0)
-    Pipeline(name=f"lease_{unique}", source=KafkaSource(topics=[topic]), transform=lambda df: df,
-             sink=PostgresSink(table=f"lease_{unique}", key=["offset"]))
+    registry.register(Pipeline(name=f"lease_{unique}", source=KafkaSource(topics=[topic]), transform=lambda df: df,
+                               sink=PostgresSink(table=f"lease_{unique}", key=["offset"])))
     return f"lease_{unique}"
 
 

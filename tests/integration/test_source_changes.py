@@ -13,9 +13,10 @@ from confluent_kafka import TopicPartition as KafkaTP
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from eosbatch.kafka.offsets import bounds, topic_ids
+from eosbatch.kafka.read_back import read_topic
 from eosbatch.ledger import positions, store
 from eosbatch.protocol.ranges import TopicPartition
-from eosbatch.verify import check_output, coverage_gaps, declared_gaps, read_topic
+from eosbatch.verify import check_output, coverage_gaps, declared_gaps
 from examples.orders import generate
 from tests.scenario import Scenario
 

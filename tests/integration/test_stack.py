@@ -11,10 +11,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from eosbatch.kafka.offsets import bounds
+from eosbatch.kafka.read_back import read_topic
 from eosbatch.ledger import lanes, migrate, revisions, store
 from eosbatch.ledger.exceptions import LedgerSchemaMissing
 from eosbatch.protocol.ranges import TopicPartition
-from eosbatch.verify import read_topic
 from examples.orders import generate
 from tests.conftest import long_lived_ids
 
