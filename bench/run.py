@@ -287,7 +287,7 @@ def clean_up_after_rollbacks(settings: Settings, pipeline: str) -> None:
     leaves a batch's worth of dead rows and dead index entries behind, which the timed commit would otherwise
     wade through (measured on a staged 1M batch: 13.3-14.1 s vacuumed, 15.4-17.5 s after one rolled-back
     attempt) unless autovacuum happened to get there first: noise against eosbatch, not part of its cost."""
-    from eosbatch.ledger import store
+    from eosbatch.ledger import cleanup
 
     defined = registry.get(pipeline)
     connection = psycopg2.connect(settings.psycopg_dsn)
@@ -295,7 +295,7 @@ def clean_up_after_rollbacks(settings: Settings, pipeline: str) -> None:
     try:
         with connection.cursor() as cur:
             tables = [sinks.sink_table(defined), sql.Identifier("eosbatch", "outbox")]
-            if store.table_exists(cur, sinks.outbox_table(defined)):  # the rolled-back commits' typed outbox
+            if cleanup.table_exists(cur, sinks.outbox_table(defined)):  # the rolled-back commits' typed outbox
                 tables.append(sinks.outbox_table(defined))
             cur.execute(sql.SQL("VACUUM {}").format(sql.SQL(", ").join(tables)))
     finally:

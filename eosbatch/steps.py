@@ -25,7 +25,7 @@ from eosbatch.kafka.exceptions import MarkerExpired
 from eosbatch.kafka.publisher import TransactionalPublisher, TxnState, publishing
 from eosbatch.kafka.publisher import release as release_publishers
 from eosbatch.kafka.record import Headers, Outgoing
-from eosbatch.ledger import sinks, store, stream
+from eosbatch.ledger import claims, cleanup, lanes, positions, sinks, store, stream
 from eosbatch.ledger.exceptions import NotStaged, OffsetMismatch, RangeConflict, StagingLost
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol import ranges as plan_ranges
@@ -69,9 +69,9 @@ def recover(pipeline_name: str, log: Log = _quiet, in_lane: Lane = "regular", ow
     pipeline = registry.get(pipeline_name)
     owner = owner or leases.runner_id()
     with store.transaction(settings) as cur:
-        store.lock_pipeline(cur, pipeline.name, in_lane)
+        lanes.lock_pipeline(cur, pipeline.name, in_lane)
         leases.acquire(cur, settings, pipeline.name, in_lane, owner, log)
-        epoch = store.bump_epoch(cur, pipeline.name, in_lane)
+        epoch = lanes.bump_epoch(cur, pipeline.name, in_lane)
         pending = store.open_batches(cur, pipeline.name, in_lane)
         for batch in pending:
             if recovery_action(batch.state) == "abort":
@@ -102,9 +102,9 @@ def plan(pipeline_name: str, log: Log = _quiet, owner: str | None = None, epoch:
     check_output_topic(settings, pipeline)
     topic_ids, bounds = offsets.source_state(settings, pipeline.source.topics)
     with store.transaction(settings) as cur:
-        store.hold_lane(cur, pipeline.name, "regular", epoch)
+        lanes.hold_lane(cur, pipeline.name, "regular", epoch)
         track_partitions(cur, pipeline, bounds, topic_ids, log)  # locks the next offsets: no commit meanwhile
-        starts = store.next_offsets(cur, pipeline.name)
+        starts = positions.next_offsets(cur, pipeline.name)
         if continuing:
             in_flight = [r for b in store.open_batches(cur, pipeline.name, "regular")
                          if b.state in ABORTABLE and b.epoch == epoch for r in b.ranges]
@@ -130,20 +130,20 @@ def track_partitions(cur: store.Cursor, pipeline: Pipeline, bounds: dict[Any, pl
     """Check that the source topics are the ones the ledger reads (topic IDs, offsets), then give partitions
     seen for the first time their starting next offset. A source change raises SourceChanged, naming the
     reset that goes on: nothing ever jumps by itself."""
-    known = store.next_offsets(cur, pipeline.name, lock=True)
+    known = positions.next_offsets(cur, pipeline.name, lock=True)
     check = check_sources(cur, pipeline, bounds, topic_ids, known)
     if check.adopt:
-        store.record_topic_ids(cur, pipeline.name, check.adopt)
+        positions.record_topic_ids(cur, pipeline.name, check.adopt)
     starts = starting_offsets(pipeline, bounds, known)
     if starts:
         log(f"reading new partitions: {', '.join(f'{tp} from {n}' for tp, n in sorted(starts.items()))}")
-    store.add_partitions(cur, pipeline.name, starts)
+    positions.add_partitions(cur, pipeline.name, starts)
 
 
 def check_sources(cur: store.Cursor, pipeline: Pipeline, bounds: dict[Any, plan_ranges.PartitionBounds],
                   topic_ids: dict[str, str], known: dict[Any, int]) -> sources.SourceCheck:
     """SourceChanged when a source topic is not the one the ledger reads any more; else what to record."""
-    check = sources.check_sources(store.source_topics(cur, pipeline.name), topic_ids, known, bounds)
+    check = sources.check_sources(positions.source_topics(cur, pipeline.name), topic_ids, known, bounds)
     if check.problems:
         raise SourceChanged(f"pipeline {pipeline.name}: {sources.describe_problems(check.problems, pipeline.name)}")
     return check
@@ -202,10 +202,10 @@ def _commit(pipeline_name: str, batch_id: int, log: Log) -> tuple[store.Batch, b
             if batch.state in ("committed", "published"):
                 log(f"batch {batch_id}: already {batch.state}")
                 return batch, False
-            store.check_epoch(cur, batch, lock=True)
+            lanes.check_epoch(cur, batch, lock=True)
             if batch.state != "staged":
                 raise NotStaged(f"batch {batch_id} is {batch.state}; only a staged batch can be committed")
-            moves = offset_moves(batch.kind, batch.ranges, store.next_offsets(cur, pipeline.name, lock=True))
+            moves = offset_moves(batch.kind, batch.ranges, positions.next_offsets(cur, pipeline.name, lock=True))
             if moves.problem:
                 raise OffsetMismatch(f"batch {batch_id}: {moves.problem}")
             if missing := sinks.missing_staged(cur, pipeline, batch):
@@ -215,14 +215,14 @@ def _commit(pipeline_name: str, batch_id: int, log: Log) -> tuple[store.Batch, b
                                   "plans the same ranges again")
             try:
                 if claims_coverage(batch.kind):
-                    store.claim_coverage(cur, batch)  # in the incarnation each range was planned in
+                    claims.claim_coverage(cur, batch)  # in the incarnation each range was planned in
             except psycopg2.errors.ExclusionViolation as exc:
                 raise RangeConflict(f"batch {batch_id}: a range overlaps one already committed: "
                                     f"{exc.diag.message_detail}") from None
             moved = sinks.move_to_sink(cur, pipeline, batch, with_outbox=batch.publish, max_record_bytes=limit)
             dead = sinks.copy_dead_letters(cur, pipeline.name, batch_id, batch.writer_tags("dead_letters"))
             dead += moved.too_big
-            store.set_next_offsets(cur, pipeline.name, moves.moves)
+            positions.set_next_offsets(cur, pipeline.name, moves.moves)
             sequence = store.next_commit_seq(cur, pipeline.name)
             store.set_state(cur, batch, "committed", sink_rows=moved.sink_rows, dead_letters=dead,
                             outbox_records=moved.outbox, commit_seq=sequence,
@@ -305,7 +305,7 @@ def commit_and_publish(pipeline_name: str, batch_id: int, log: Log = _quiet) -> 
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id)
         if batch.state == "staged" and batch.publish and lane(batch.kind) == "regular":
-            store.check_lane_epoch(cur, batch, batch.epoch)  # a resumed zombie stops before fencing anyone
+            lanes.check_lane_epoch(cur, batch, batch.epoch)  # a resumed zombie stops before fencing anyone
             query = sinks.early_outbox_query(cur, pipeline, batch)
             cur.execute("SELECT commit_seq + 1 FROM eosbatch.pipelines WHERE name = %s", (pipeline.name,))
             sequence = int(cur.fetchone()[0])
@@ -405,7 +405,7 @@ def _publish_to_kafka(pipeline_name: str, batch_id: int, log: Log, epoch: int | 
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id)
         if batch.state == "committed":
-            store.check_lane_epoch(cur, batch, batch.epoch if epoch is None else epoch)
+            lanes.check_lane_epoch(cur, batch, batch.epoch if epoch is None else epoch)
             age = store.seconds_since_commit(cur, batch_id)
     if batch.state == "published":
         log(f"batch {batch_id}: already published")
@@ -461,8 +461,8 @@ def finalize(pipeline_name: str, batch_id: int, produced: int | None = None, log
             count = 0
         fields: dict[str, Any] = {} if count is None else {"published_records": count}
         batch = store.set_state(cur, batch, "published", **fields)
-        store.delete_staging(cur, batch_id, sinks.stage_table(pipeline), finished=True, pipeline=pipeline.name)
-        store.delete_outbox(cur, batch, sinks.outbox_table(pipeline))
+        cleanup.delete_staging(cur, batch_id, sinks.stage_table(pipeline), finished=True, pipeline=pipeline.name)
+        cleanup.delete_outbox(cur, batch, sinks.outbox_table(pipeline))
     how = "published by an earlier run; " if produced is None else ""
     log(f"batch {batch_id}: finalized ({how}{count if count is not None else '?'} output records)")
     if batch.marker_group != pipeline.marker_group:
@@ -484,7 +484,7 @@ def _compact(settings: config.Settings, pipeline: Pipeline, before_seq: int, log
     try:
         with store.transaction(settings) as cur:
             cur.execute("SELECT set_config('lock_timeout', %s, true)", (COMPACT_LOCK_TIMEOUT,))
-            done = store.compact(cur, pipeline.name, settings.compact_after_days, before_seq=before_seq)
+            done = cleanup.compact(cur, pipeline.name, settings.compact_after_days, before_seq=before_seq)
     except EosbatchError as exc:
         log(f"{pipeline.name}: ledger compaction skipped ({exc}); the next one will do it")
         return
@@ -496,7 +496,7 @@ def _compact(settings: config.Settings, pipeline: Pipeline, before_seq: int, log
 
 def _abort(cur: store.Cursor, pipeline: Pipeline, batch: store.Batch, reason: str) -> store.Batch:
     batch = store.set_state(cur, batch, "aborted", error=reason[:2000])
-    store.delete_staging(cur, batch.id, sinks.stage_table(pipeline))
+    cleanup.delete_staging(cur, batch.id, sinks.stage_table(pipeline))
     return batch
 
 
@@ -508,7 +508,7 @@ def abort(pipeline_name: str, batch_id: int | None = None, reason: str = "aborte
     pipeline = registry.get(pipeline_name)
     aborted: list[int] = []
     with store.transaction(settings) as cur:
-        store.lock_pipeline(cur, pipeline.name)
+        lanes.lock_pipeline(cur, pipeline.name)
         batches = [store.get_batch(cur, batch_id)] if batch_id is not None else store.open_batches(cur, pipeline.name)
         for batch in batches:
             if batch.state in ABORTABLE:

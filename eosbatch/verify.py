@@ -16,7 +16,7 @@ from eosbatch.config import Settings
 from eosbatch.kafka import record
 from eosbatch.kafka.read_back import OpenTransaction, Record, read_topic
 from eosbatch.ledger import audit as ledger
-from eosbatch.ledger import store
+from eosbatch.ledger import claims, positions, store
 from eosbatch.protocol.ranges import OffsetRange
 from eosbatch.protocol.sources import coverage_problems
 
@@ -70,9 +70,9 @@ def coverage_gaps(settings: Settings, pipeline: str) -> dict[str, list[OffsetRan
     it is not one piece ending where the pipeline left that incarnation (its next offset, or the reset that
     started the next incarnation). Keys: "topic:partition", "topic:partition#N" for an earlier incarnation N."""
     with store.transaction(settings) as cur:
-        covered = store.coverage_by_incarnation(cur, pipeline)
-        where = store.incarnations(cur, pipeline)
-        resets = [r for _, _, _, r in store.resets(cur, pipeline)]
+        covered = claims.coverage_by_incarnation(cur, pipeline)
+        where = positions.incarnations(cur, pipeline)
+        resets = [r for _, _, _, r in positions.resets(cur, pipeline)]
     return coverage_problems(covered, where, resets)
 
 
@@ -80,7 +80,7 @@ def declared_gaps(settings: Settings, pipeline: str) -> list[str]:
     """The resets an operator made: offsets skipped on purpose, or a move to a new incarnation, with why."""
     with store.transaction(settings) as cur:
         return [f"reset {i} at {when.isoformat(timespec='seconds')}: {reset} ({reason})"
-                for i, when, reason, reset in store.resets(cur, pipeline)]
+                for i, when, reason, reset in positions.resets(cur, pipeline)]
 
 
 # ---------------------------------------------------------------- the audit: `eosbatch verify PIPELINE`
@@ -162,7 +162,7 @@ def audit(pipeline_name: str, recompute: bool = True, log: Callable[[str], None]
         else:
             findings.append(_sink_vs_output(settings, pipeline, records))
     with store.transaction(settings) as cur:
-        moved = [r for _, _, _, r in store.resets(cur, pipeline.name) if r.to_incarnation != r.from_incarnation]
+        moved = [r for _, _, _, r in positions.resets(cur, pipeline.name) if r.to_incarnation != r.from_incarnation]
     if recompute and moved:  # the earlier incarnation's records are gone from Kafka (or replaced): unreadable
         findings.append(Finding("sink = transform(committed input)", None, "skipped: the sink holds records of an "
                                 f"earlier incarnation of {', '.join(sorted({str(r.tp) for r in moved}))} that "

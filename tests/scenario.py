@@ -14,7 +14,7 @@ from psycopg2 import sql
 
 from eosbatch import config, faults
 from eosbatch.kafka.read_back import read_topic
-from eosbatch.ledger import store
+from eosbatch.ledger import claims, positions, store
 from eosbatch.verify import check_output, coverage_gaps
 from examples.orders import generate
 
@@ -94,8 +94,8 @@ class Scenario:
             cur.execute('SELECT topic, partition, "offset" FROM eosbatch.dead_letters WHERE pipeline = %s',
                         (self.pipeline,))
             dead = cur.fetchall()
-            next_offsets = store.next_offsets(cur, self.pipeline)
-            covered = store.committed_coverage(cur, self.pipeline)
+            next_offsets = positions.next_offsets(cur, self.pipeline)
+            covered = claims.committed_coverage(cur, self.pipeline)
         assert len(dead) == malformed and all(t == self.input for t, _, _ in dead)
         assert next_offsets and all(o > 0 for o in next_offsets.values())
         assert not coverage_gaps(self.settings, self.pipeline)

@@ -7,8 +7,9 @@ from typing import Any, NamedTuple
 
 from psycopg2 import sql
 
+from eosbatch.ledger.cleanup import table_exists
 from eosbatch.ledger.sinks import sink_table
-from eosbatch.ledger.store import Batch, Cursor, get_batch, table_exists
+from eosbatch.ledger.store import Batch, Cursor, get_batch
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol.ranges import OffsetRange
 

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from eosbatch import config, faults, registry
 from eosbatch.exceptions import TerminalError, TransientError
-from eosbatch.ledger import sinks, store
+from eosbatch.ledger import lanes, sinks, store
 from eosbatch.ledger.staging import DEAD_LETTERS_STAGE
 from eosbatch.pipeline import Pipeline
 from eosbatch.spark import reader, schema
@@ -34,7 +34,7 @@ def process_on(spark: Any, pipeline_name: str, batch_id: int, log: Any, fault: d
     pipeline: Pipeline = registry.get(pipeline_name)
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id)
-        store.check_epoch(cur, batch)
+        lanes.check_epoch(cur, batch)
     if batch.state != "planned":
         raise TerminalError(f"batch {batch_id} is {batch.state}; only a planned batch can be processed")
     started = time.monotonic()
@@ -67,7 +67,7 @@ def process_on(spark: Any, pipeline_name: str, batch_id: int, log: Any, fault: d
     faults.point("process.before_staged")
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id, lock=True)
-        store.check_epoch(cur, batch)
+        lanes.check_epoch(cur, batch)
         store.set_state(cur, batch, "staged", writers=writers, records_read=counts["records_read"],
                         dead_letters=counts["dead_letters"])
     log(f"batch {batch_id}: read {counts['records_read']} records, staged {counts['sink_rows_staged']} rows "

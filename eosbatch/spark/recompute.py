@@ -2,7 +2,7 @@
 
 It reads every committed batch's ranges again (read_committed), parses and transforms them as the process
 step would, and writes the result rows and the malformed records' positions to a JSON file; the verifier
-compares them with the sink and the dead letters. Batches whose ranges were compacted (store.compact) are
+compares them with the sink and the dead letters. Batches whose ranges were compacted (cleanup.compact) are
 read together, as the part of the merged committed coverage that no other batch holds: their boundaries are
 gone, which changes nothing for an accumulate sink or a row-by-row transform. It shares the reader and the
 transform with the process step, and nothing with the commit and publish path it checks. It collects on the
@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from eosbatch import config, registry
-from eosbatch.ledger import store
+from eosbatch.ledger import claims, store
 from eosbatch.ledger.audit import committed_batches
 from eosbatch.protocol.ranges import subtract
 from eosbatch.protocol.states import claims_coverage
@@ -50,7 +50,7 @@ def recompute_on(spark: Any, pipeline_name: str) -> dict[str, Any]:
         # A reprocess re-ran ranges that another batch committed: counted there.
         runs = [list(b.ranges) for b in batches if claims_coverage(b.kind) and b.ranges]
         if any(claims_coverage(b.kind) and not b.ranges for b in batches):  # compacted
-            rest = subtract(store.committed_coverage(cur, pipeline.name), [r for run in runs for r in run])
+            rest = subtract(claims.committed_coverage(cur, pipeline.name), [r for run in runs for r in run])
             runs = [rest, *runs] if rest else runs
     rows: list[dict[str, Any]] = []
     malformed: list[list[Any]] = []

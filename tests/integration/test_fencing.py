@@ -8,7 +8,7 @@ from eosbatch import KafkaSource, Pipeline, PostgresSink, registry, steps
 from eosbatch.kafka.exceptions import PublisherFenced
 from eosbatch.kafka.publisher import TransactionalPublisher
 from eosbatch.kafka.read_back import read_topic
-from eosbatch.ledger import store
+from eosbatch.ledger import claims, positions, store
 from eosbatch.ledger.exceptions import StaleEpoch
 from eosbatch.protocol.ranges import OffsetRange
 from examples.orders import generate
@@ -30,8 +30,8 @@ def test_commit_with_a_stale_epoch_is_rejected_and_changes_nothing(settings, uni
         steps.commit(name, zombie.id)
     with store.transaction(settings) as cur:
         assert store.get_batch(cur, zombie.id).state == "aborted"
-        assert store.committed_coverage(cur, name) == []
-        assert set(store.next_offsets(cur, name).values()) == {0}
+        assert claims.committed_coverage(cur, name) == []
+        assert set(positions.next_offsets(cur, name).values()) == {0}
     again = steps.plan(name)
     assert again is not None and again.ranges == zombie.ranges  # the same ranges, planned again
 

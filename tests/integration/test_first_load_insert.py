@@ -13,7 +13,7 @@ from psycopg2 import sql
 
 from eosbatch import KafkaOutput, KafkaSource, Pipeline, PostgresSink
 from eosbatch.exceptions import TerminalError
-from eosbatch.ledger import sinks, store
+from eosbatch.ledger import lanes, sinks, store
 from eosbatch.ledger.exceptions import SinkError
 from eosbatch.ledger.sinks import commit
 
@@ -35,7 +35,7 @@ def _pipeline(unique: str) -> Pipeline:
 def _prepare(cur, pipeline: Pipeline) -> store.Batch:
     """Sink and staging tables and the batch's staged rows; the batch as the commit sees it."""
     sinks.ensure_tables(cur, pipeline, COLUMNS)
-    store.lock_pipeline(cur, pipeline.name)
+    lanes.lock_pipeline(cur, pipeline.name)
     batch = store.create_batch(cur, pipeline.name, "regular", 0, [], "g")
     for row in STAGED:
         cur.execute(sql.SQL("INSERT INTO {} VALUES (%s, 'w:1', %s, %s, %s, %s)").format(sinks.stage_table(pipeline)),

@@ -10,6 +10,7 @@ import psycopg2
 import psycopg2.errors
 from psycopg2 import sql
 
+from eosbatch.ledger.cleanup import table_exists
 from eosbatch.ledger.errors import first_line
 from eosbatch.ledger.exceptions import SinkError
 from eosbatch.ledger.sinks import catalog, dead_letters, statements
@@ -26,7 +27,7 @@ from eosbatch.ledger.sinks.names import (
     stage_table,
 )
 from eosbatch.ledger.sinks.tables import ensure_outbox
-from eosbatch.ledger.store import Batch, Cursor, table_exists
+from eosbatch.ledger.store import Batch, Cursor
 from eosbatch.pipeline import Pipeline
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from psycopg2 import sql
 
+from eosbatch.ledger.cleanup import OPEN_BATCH_IDS, open_batch_params
 from eosbatch.ledger.exceptions import SinkError
 from eosbatch.ledger.sinks import catalog
 from eosbatch.ledger.sinks.catalog import SinkShape
@@ -21,7 +22,7 @@ from eosbatch.ledger.sinks.names import (
     sink_table,
     stage_table,
 )
-from eosbatch.ledger.store import OPEN_BATCH_IDS, Cursor, open_batch_params
+from eosbatch.ledger.store import Cursor
 from eosbatch.pipeline import Pipeline
 
 
@@ -104,7 +105,7 @@ def _ensure_stage(cur: Cursor, pipeline: Pipeline, columns: list[Column], shape:
 
 def _open_batches_use(cur: Cursor, pipeline: Pipeline, table: sql.Identifier, column: str) -> bool:
     """Whether a batch still open has a value in `column` of the pipeline's staging table or outbox (a
-    published batch's rows may wait there for a TRUNCATE: store.delete_batch_rows)."""
+    published batch's rows may wait there for a TRUNCATE: cleanup.delete_batch_rows)."""
     cur.execute(sql.SQL(f"SELECT EXISTS (SELECT 1 FROM {{}} WHERE {{}} IS NOT NULL AND {{}} = ANY("  # noqa: S608
                         f"{OPEN_BATCH_IDS}))").format(table, sql.Identifier(column), sql.Identifier(BATCH_COLUMN)),
                 open_batch_params(pipeline.name))
