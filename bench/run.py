@@ -45,7 +45,7 @@ from eosbatch.config import Settings
 from eosbatch.context import quiet
 from eosbatch.engine.submit import CONNECT_MODE
 from eosbatch.kafka import record
-from eosbatch.ledger import migrate, sinks
+from eosbatch.ledger import migrate, sinks, trial
 from eosbatch.protocol import sequence
 from eosbatch.steps import sequence as bound
 from examples.orders.generate import ensure_topics, generate
@@ -279,28 +279,13 @@ def durability_cost(settings: Settings, pipeline: str, batch_id: int, rounds: in
     """The commit's durability costs, measured on the batch just staged, alternating, each in a transaction
     that is rolled back: the upsert alone (what the commit did before the outbox) against the staged-count
     check plus the upsert that also writes the logged outbox from RETURNING. Best of `rounds` each."""
-    from eosbatch.ledger import store
-
     defined = registry.get(pipeline)
-    best: dict[str, tuple[int, float]] = {}
+    best: dict[str, trial.Trial] = {}
     for _ in range(rounds):
         for label, durable in (("upsert only (before)", False), ("count check + upsert + outbox (now)", True)):
-            connection = store.connect(settings)
-            try:
-                with connection.cursor() as cur:
-                    batch = store.get_batch(cur, batch_id)
-                    started = time.perf_counter()
-                    if durable:
-                        assert not sinks.missing_staged(cur, defined, batch)
-                    moved = sinks.move_to_sink(cur, defined, batch, with_outbox=durable)
-                    seconds = time.perf_counter() - started
-                connection.rollback()
-            finally:
-                connection.close()
-            staged = sum((batch.writer_counts("sink") or {}).values())
-            if label not in best or seconds < best[label][1]:
-                best[label] = (staged, seconds)
-            del moved
+            tried = trial.rolled_back_move(settings, defined, batch_id, durable)
+            if label not in best or tried.seconds < best[label].seconds:
+                best[label] = tried
     return [Timing(label, n, s) for label, (n, s) in best.items()]
 
 
@@ -309,7 +294,7 @@ def clean_up_after_rollbacks(settings: Settings, pipeline: str) -> None:
     leaves a batch's worth of dead rows and dead index entries behind, which the timed commit would otherwise
     wade through (measured on a staged 1M batch: 13.3-14.1 s vacuumed, 15.4-17.5 s after one rolled-back
     attempt) unless autovacuum happened to get there first: noise against eosbatch, not part of its cost."""
-    from eosbatch.ledger import store
+    from eosbatch.ledger import cleanup
 
     defined = registry.get(pipeline)
     connection = psycopg2.connect(settings.psycopg_dsn)
@@ -317,7 +302,7 @@ def clean_up_after_rollbacks(settings: Settings, pipeline: str) -> None:
     try:
         with connection.cursor() as cur:
             tables = [sinks.sink_table(defined), sql.Identifier("eosbatch", "outbox")]
-            if store.table_exists(cur, sinks.outbox_table(defined)):  # the rolled-back commits' typed outbox
+            if cleanup.table_exists(cur, sinks.outbox_table(defined)):  # the rolled-back commits' typed outbox
                 tables.append(sinks.outbox_table(defined))
             cur.execute(sql.SQL("VACUUM {}").format(sql.SQL(", ").join(tables)))
     finally:

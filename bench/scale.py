@@ -11,7 +11,7 @@
   taken to published by the ledger writes alone (no Spark: 10,000 batches in minutes): the ledger's size
   (every table and index of the `eosbatch` schema, pg_total_relation_size) and rows per batch, the plan
   step's time at the first and the last tenth; then `--real-batches` batches through the engine, a
-  compaction (`eosbatch compact`'s store.compact) and as many again: does the plan or a batch slow down
+  compaction (`eosbatch compact`'s cleanup.compact) and as many again: does the plan or a batch slow down
   with the history, and what does compaction give back?
 
 Same stack selection as bench.run (EOSBATCH_HOME and the ports, or EOSBATCH_DATABASE_URL +
@@ -34,7 +34,7 @@ from eosbatch import commands, config, registry, running, steps
 from eosbatch.config import Settings
 from eosbatch.context import quiet
 from eosbatch.kafka import offsets
-from eosbatch.ledger import store
+from eosbatch.ledger import claims, cleanup, lanes, positions, store
 from eosbatch.spark import reader
 from examples.orders.generate import ensure_topics, generate
 
@@ -123,11 +123,11 @@ def ledger_only_batch(settings: Settings, pipeline: str, batch: store.Batch) -> 
     records = sum(r.end - r.start for r in batch.ranges)
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch.id, lock=True)
-        store.check_epoch(cur, batch, lock=True)
+        lanes.check_epoch(cur, batch, lock=True)
         batch = store.set_state(cur, batch, "staged", writers={"sink": {}, "dead_letters": {}, "columns": []},
                                 records_read=records, dead_letters=0)
-        store.claim_coverage(cur, batch)
-        store.set_next_offsets(cur, pipeline, {r.tp: r.end for r in batch.ranges})
+        claims.claim_coverage(cur, batch)
+        positions.set_next_offsets(cur, pipeline, {r.tp: r.end for r in batch.ranges})
         batch = store.set_state(cur, batch, "committed", sink_rows=records, dead_letters=0, outbox_records=0,
                                 commit_seq=store.next_commit_seq(cur, pipeline))
         cur.execute("UPDATE eosbatch.batches SET committed_at = now() WHERE id = %s", (batch.id,))
@@ -184,7 +184,7 @@ def history_case(settings: Settings, run: Run, batches: int, real: int, partitio
 
     real_plans, real_whole = real_batches()
     with store.transaction(settings) as cur:
-        compacted, compact_s = _timed(store.compact, cur, run.name, 0)
+        compacted, compact_s = _timed(cleanup.compact, cur, run.name, 0)
     after_compact = _pipeline_rows(settings, run.name)
     compacted_plans, compacted_whole = real_batches()
     n = len(plans)

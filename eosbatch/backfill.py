@@ -15,7 +15,7 @@ from eosbatch import lease as leases
 from eosbatch.context import Context
 from eosbatch.exceptions import ConfigError
 from eosbatch.kafka import offsets
-from eosbatch.ledger import store
+from eosbatch.ledger import claims, lanes, positions, store
 from eosbatch.ledger.exceptions import BatchNotFound, OffsetMismatch, RangeConflict
 from eosbatch.pipeline import Pipeline
 from eosbatch.progress import Progress
@@ -93,8 +93,8 @@ def _next_offsets(cur: store.Cursor, pipeline: Pipeline, bounds: dict[TopicParti
     A source topic that changed under the pipeline stops a backfill as it stops a regular plan."""
     if track:
         steps.track_partitions(cur, pipeline, bounds, topic_ids)
-        return store.next_offsets(cur, pipeline.name)
-    known = store.next_offsets(cur, pipeline.name)
+        return positions.next_offsets(cur, pipeline.name)
+    known = positions.next_offsets(cur, pipeline.name)
     steps.check_sources(cur, pipeline, bounds, topic_ids, known)
     return {**steps.starting_offsets(pipeline, bounds, known), **known}
 
@@ -103,7 +103,7 @@ def _plan(cur: store.Cursor, pipeline: Pipeline, requested: list[OffsetRange],
           bounds: dict[TopicPartition, PartitionBounds], topic_ids: dict[str, str], mode: Mode, track: bool
           ) -> BackfillPlan:
     return plan_backfill(requested, bounds, _next_offsets(cur, pipeline, bounds, topic_ids, track),
-                         store.committed_coverage(cur, pipeline.name), store.in_flight(cur, pipeline.name),
+                         claims.committed_coverage(cur, pipeline.name), claims.in_flight(cur, pipeline.name),
                          mode, pipeline.source.max_records_per_batch)
 
 
@@ -177,7 +177,7 @@ def _run_backfill(ctx: Context, requested: list[OffsetRange], bounds: dict[Topic
     settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     epoch = steps.recover(ctx, "backfill", owner)
     with store.transaction(settings) as cur:
-        store.lock_pipeline(cur, pipeline.name, "backfill")
+        lanes.lock_pipeline(cur, pipeline.name, "backfill")
         first_plan = _plan(cur, pipeline, requested, bounds, topic_ids, mode, track=True)
     for line in describe(first_plan):
         log(line)
@@ -188,7 +188,7 @@ def _run_backfill(ctx: Context, requested: list[OffsetRange], bounds: dict[Topic
     conflicts = 0
     while True:
         with store.transaction(settings) as cur:
-            store.hold_lane(cur, pipeline.name, "backfill", epoch)
+            lanes.hold_lane(cur, pipeline.name, "backfill", epoch)
             if mode == "fill":  # plan again each time: whatever another runner committed meanwhile drops out
                 queue = list(_plan(cur, pipeline, requested, bounds, topic_ids, mode, track=True).batches)
             if not queue:
@@ -229,12 +229,12 @@ def replay(ctx: Context, batch_id: int) -> ReplayReport:
         if batch.pipeline != pipeline.name:
             raise BatchNotFound(f"batch {batch_id} belongs to pipeline {batch.pipeline}, not {pipeline.name}")
         return batch, replay_decision(batch.id, batch.state, batch.kind, batch.ranges,
-                                      store.committed_coverage(cur, pipeline.name),
-                                      store.in_flight(cur, pipeline.name))
+                                      claims.committed_coverage(cur, pipeline.name),
+                                      claims.in_flight(cur, pipeline.name))
 
     with store.transaction(settings) as cur:
         batch, first = decide(cur)
-        stale = store.stale_ranges(cur, batch.id) if first.action == "replay" else []
+        stale = claims.stale_ranges(cur, batch.id) if first.action == "replay" else []
     if stale:  # offsets of an incarnation left by a reset name records that are gone (or other records now)
         reason = (f"batch {batch_id} read {', '.join(map(str, stale))} in an incarnation of its source that a reset "
                   "has left since (eosbatch status shows the resets); nothing to replay")
@@ -261,7 +261,7 @@ def _run_replay(ctx: Context, decide: Callable[[store.Cursor], tuple[store.Batch
     epoch = steps.recover(ctx, "backfill", owner)
     bounds = offsets.bounds(settings, pipeline.source.topics)
     with store.transaction(settings) as cur:
-        store.lock_pipeline(cur, pipeline.name, "backfill")
+        lanes.lock_pipeline(cur, pipeline.name, "backfill")
         batch, decided = decide(cur)  # again: recovery may have changed what is in flight
     if decided.action != "replay":  # published meanwhile, or covered: nothing to do
         log(decided.reason)
@@ -271,7 +271,7 @@ def _run_replay(ctx: Context, decide: Callable[[store.Cursor], tuple[store.Batch
     replays: list[int] = []
     for chunk in split(wanted, pipeline.source.max_records_per_batch):
         with store.transaction(settings) as cur:
-            store.hold_lane(cur, pipeline.name, "backfill", epoch)
+            lanes.hold_lane(cur, pipeline.name, "backfill", epoch)
             created = store.create_batch(cur, pipeline.name, "replay", epoch, chunk,
                                          steps.marker_group(pipeline, "backfill"), publish=batch.publish,
                                          replay_of=batch.id)
@@ -301,10 +301,10 @@ def coverage(ctx: Context) -> list[PartitionCoverage]:
     settings, pipeline = ctx.settings, ctx.pipeline
     bounds = offsets.bounds(settings, pipeline.source.topics)
     with store.transaction(settings) as cur:
-        where = store.incarnations(cur, pipeline.name)
-        committed = merge(store.committed_coverage(cur, pipeline.name))
-        busy = merge(store.in_flight(cur, pipeline.name))
-        resets = [r for _, _, _, r in store.resets(cur, pipeline.name)]
+        where = positions.incarnations(cur, pipeline.name)
+        committed = merge(claims.committed_coverage(cur, pipeline.name))
+        busy = merge(claims.in_flight(cur, pipeline.name))
+        resets = [r for _, _, _, r in positions.resets(cur, pipeline.name)]
     report = []
     for tp, bound in sorted(bounds.items()):
         mine = [r for r in committed if r.tp == tp]

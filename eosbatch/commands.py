@@ -10,7 +10,7 @@ from eosbatch import config, registry, running, steps
 from eosbatch.context import Context
 from eosbatch.exceptions import ConfigError
 from eosbatch.kafka import offsets
-from eosbatch.ledger import migrate, store
+from eosbatch.ledger import cleanup, lanes, migrate, positions, store
 from eosbatch.protocol import sources
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def replay(pipeline: str, batch_id: int, log: Log = print) -> history.ReplayRepo
     return history.replay(context(pipeline, log), batch_id)
 
 
-def compact(pipeline: str, older_than_days: float | None = None) -> store.Compacted:
+def compact(pipeline: str, older_than_days: float | None = None) -> cleanup.Compacted:
     """Merge the committed ranges and drop the range detail of published batches older than the given age
     (default: the setting EOSBATCH_COMPACT_AFTER_DAYS, as the compaction after every N commits uses)."""
     settings = config.load()
@@ -127,7 +127,7 @@ def compact(pipeline: str, older_than_days: float | None = None) -> store.Compac
         raise ConfigError("--older-than-days", f"must be a number of days >= 0, got {older_than_days!r}")
     name = registry.get(pipeline).name
     with store.transaction(settings) as cur:
-        return store.compact(cur, name, older_than_days)
+        return cleanup.compact(cur, name, older_than_days)
 
 
 def abort(pipeline: str, batch_id: int | None = None, log: Log = print) -> list[int]:
@@ -146,10 +146,10 @@ def status(pipeline_name: str, limit: int = 10) -> dict[str, Any]:
     pipeline = registry.get(pipeline_name)
     topic_ids, bounds = offsets.source_state(settings, pipeline.source.topics)
     with store.transaction(settings) as cur:
-        store.lock_pipeline(cur, pipeline.name)
-        where = store.incarnations(cur, pipeline.name)
-        known = store.source_topics(cur, pipeline.name)
-        resets = store.resets(cur, pipeline.name)
+        lanes.lock_pipeline(cur, pipeline.name)
+        where = positions.incarnations(cur, pipeline.name)
+        known = positions.source_topics(cur, pipeline.name)
+        resets = positions.resets(cur, pipeline.name)
         batches = store.recent_batches(cur, pipeline.name, limit)
     check = sources.check_sources(known, topic_ids, {tp: w.next_offset for tp, w in where.items()}, bounds)
     # A partition whose source changed has no meaningful lag: its offsets are not the ledger's any more.
@@ -205,26 +205,26 @@ def reset(pipeline_name: str, partitions: list[str] | None = None, topic: str | 
     done: list[sources.Reset] = []
     with store.transaction(settings) as cur:
         for lane, epoch in epochs.items():
-            store.hold_lane(cur, pipeline.name, lane, epoch)  # type: ignore[arg-type]
+            lanes.hold_lane(cur, pipeline.name, lane, epoch)  # type: ignore[arg-type]
         if busy := store.open_batches(cur, pipeline.name):
             raise StaleEpoch(f"pipeline {pipeline.name}: batches {[b.id for b in busy]} are unfinished after "
                              "recovery (a runner is working); run the reset again when they are done")
         if topic:
-            change = sources.plan_topic_reset(topic, store.source_topics(cur, pipeline.name).get(topic),
-                                              topic_ids[topic], store.incarnations(cur, pipeline.name, lock=True),
+            change = sources.plan_topic_reset(topic, positions.source_topics(cur, pipeline.name).get(topic),
+                                              topic_ids[topic], positions.incarnations(cur, pipeline.name, lock=True),
                                               bounds, target)
-            store.apply_topic_reset(cur, pipeline.name, change, why)
+            positions.apply_topic_reset(cur, pipeline.name, change, why)
             done.extend(change.resets)
             log(f"{pipeline.name}: topic {topic} read as topic ID {change.topic_id}, incarnation "
                 f"{change.incarnation}, from {', '.join(f'{tp} {n}' for tp, n in change.starts.items())}")
             for tp in change.dropped:
                 log(f"{tp}: not in the new topic; no longer read")
         for tp in wanted:
-            where = store.incarnations(cur, pipeline.name, lock=True)
+            where = positions.incarnations(cur, pipeline.name, lock=True)
             step = sources.plan_partition_reset(tp, where.get(tp), bounds.get(tp), target,
-                                                store.source_topics(cur, pipeline.name).get(tp.topic),
+                                                positions.source_topics(cur, pipeline.name).get(tp.topic),
                                                 topic_ids[tp.topic])
-            store.apply_reset(cur, pipeline.name, step, why)
+            positions.apply_reset(cur, pipeline.name, step, why)
             done.append(step)
     for step in done:
         log(f"reset {step}")

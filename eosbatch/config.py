@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from eosbatch.exceptions import ConfigError
+from eosbatch.kafka.spark_options import Unsupported, reader_options
 
 DATABASE_URL = "EOSBATCH_DATABASE_URL"
 KAFKA_BOOTSTRAP = "EOSBATCH_KAFKA_BOOTSTRAP"
@@ -179,8 +180,6 @@ def load(env: dict[str, str] | None = None) -> Settings:
         raise ConfigError(KAFKA_CONFIG, f"sets {sorted(reserved)}, which eosbatch owns")
     if "transaction.timeout.ms" in extra:  # else silently overridden by the publisher
         raise ConfigError(KAFKA_CONFIG, f"sets transaction.timeout.ms: set {TRANSACTION_TIMEOUT} instead")
-    from eosbatch.kafka.spark_options import Unsupported, reader_options
-
     try:  # the Spark reader must read with the same security as every other client: fail now, not mid-batch
         reader_options(extra)
     except Unsupported as exc:

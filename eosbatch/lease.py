@@ -17,7 +17,7 @@ from types import TracebackType
 
 from eosbatch import config, pids
 from eosbatch.exceptions import EosbatchError
-from eosbatch.ledger import store
+from eosbatch.ledger import lanes, store
 from eosbatch.ledger.exceptions import LaneBusy, LaneLost
 from eosbatch.protocol import lease as rules
 from eosbatch.protocol.lease import Lease, LeaseDecision
@@ -45,7 +45,7 @@ def acquire(cur: store.Cursor, settings: config.Settings, pipeline: str, in_lane
             log: Log = _quiet) -> LeaseDecision:
     """Inside recovery's transaction (the pipeline row locked): take the lane's lease or renew it, or
     raise LaneBusy, leaving the lane and its epoch untouched, when another runner holds it."""
-    lease, now = store.read_lease(cur, pipeline, in_lane)
+    lease, now = lanes.read_lease(cur, pipeline, in_lane)
     holder = rules.parse_cli_owner(lease.owner)
     here = socket.gethostname()
     asked = pids.alive(holder.pid) if holder is not None and holder.host == here else None
@@ -56,24 +56,23 @@ def acquire(cur: store.Cursor, settings: config.Settings, pipeline: str, in_lane
         raise LaneBusy(f"pipeline {pipeline!r}: the {in_lane} lane is held by {lease.owner} {_when(lease, now)}; "
                        "this runner leaves it alone: run again later")
     if decision == "renew":
-        store.renew_lease(cur, pipeline, in_lane, owner, settings.lease_seconds)
+        lanes.renew_lease(cur, pipeline, in_lane, owner, settings.lease_seconds)
         return decision
     if lease.owner is not None:
         why = "its process is gone" if gone else "its DAG run has ended" if ended else "its lease expired"
         log(f"{pipeline}: taking over the {in_lane} lane from {lease.owner} ({why})")
-    store.take_lease(cur, pipeline, in_lane, owner, settings.lease_seconds, takeover=lease.owner is not None)
+    lanes.take_lease(cur, pipeline, in_lane, owner, settings.lease_seconds, takeover=lease.owner is not None)
     return decision
 
 
 def renew(settings: config.Settings, pipeline: str, in_lane: Lane, owner: str) -> Lease:
     """Extend this runner's lease, or raise LaneLost naming who holds the lane now."""
     with store.transaction(settings) as cur:
-        renewed = store.renew_lease(cur, pipeline, in_lane, owner, settings.lease_seconds)
+        renewed = lanes.renew_lease(cur, pipeline, in_lane, owner, settings.lease_seconds)
         if renewed is not None:
             return renewed
-        cur.execute("SELECT owner FROM eosbatch.lane_leases WHERE pipeline = %s AND lane = %s", (pipeline, in_lane))
-        row = cur.fetchone()
-    holder = row[0] if row else None
+        lane_now = lanes.lane_leases(cur, pipeline).get(in_lane)  # (its lease, its takeovers)
+    holder = lane_now[0].owner if lane_now else None
     # Only its holder releases a lease: gone from `owner`, it was taken over (and maybe released since).
     now_held = f"another runner ({holder}) took it over" if holder else "another runner took it over (and is done)"
     raise LaneLost(f"pipeline {pipeline!r}: this runner ({owner}) lost the {in_lane} lane: {now_held}, "
@@ -84,7 +83,7 @@ def release(settings: config.Settings, pipeline: str, in_lane: Lane, owner: str)
     """Free the lane for the next runner; if the ledger is unreachable the lease simply expires."""
     try:
         with store.transaction(settings) as cur:
-            store.release_lease(cur, pipeline, in_lane, owner)
+            lanes.release_lease(cur, pipeline, in_lane, owner)
     except EosbatchError:
         pass
 

@@ -152,6 +152,9 @@ Transform = Callable[["DataFrame"], "DataFrame"]
 
 @dataclass(frozen=True)
 class Pipeline:
+    """One pipeline: a plain value. Building it registers nothing: eosbatch.registry finds it among the
+    globals (or the `PIPELINES` list) of a module named in EOSBATCH_PIPELINES."""
+
     name: str
     source: KafkaSource
     transform: Transform
@@ -173,9 +176,6 @@ class Pipeline:
             raise ConfigError("transform", "must be a function DataFrame -> DataFrame")
         if self.output is not None and self.output.topic in self.source.topics:
             raise ConfigError("output.topic", "must differ from the source topics (a pipeline cannot read itself)")
-        from eosbatch import registry
-
-        registry.register(self)
 
     @property
     def transactional_id(self) -> str:

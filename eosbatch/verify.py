@@ -6,113 +6,19 @@ Used by the demo, the tests and the benchmark; it reads Kafka with read_committe
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from confluent_kafka import TopicPartition as KafkaTP
-
 from eosbatch.config import Settings
 from eosbatch.context import Context
-from eosbatch.kafka import clients, record
-from eosbatch.kafka.offsets import admin, partitions
-from eosbatch.ledger import store
+from eosbatch.kafka import record
+from eosbatch.kafka.read_back import OpenTransaction, Record, read_topic
+from eosbatch.ledger import audit as ledger
+from eosbatch.ledger import claims, positions, store
 from eosbatch.protocol.ranges import OffsetRange
 from eosbatch.protocol.sources import coverage_problems
-
-
-class OpenTransaction(TimeoutError):
-    """A read_committed read cannot reach the log end: a transaction is open below it."""
-
-
-class Record(NamedTuple):
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: dict[str, bytes]
-
-
-def read_topic(settings: Settings, topic: str, isolation: str = "read_committed", timeout: float = 120.0,
-               since_ms: int | None = None, stable_timeout: float | None = 30.0) -> list[Record]:
-    """Every record of `topic` that a consumer with `isolation` sees, from the start (or the first record
-    stamped at or after `since_ms`) to the end offsets. read_committed first waits up to `stable_timeout` for
-    the transactions open below the log end to end (OpenTransaction after that); None reads to the last
-    stable offset as it is now, which is what a read_committed consumer sees at this moment."""
-    client = clients.consumer(settings, **{"group.id": "eosbatch-verify", "enable.auto.commit": False,
-                                           "isolation.level": isolation, "enable.partition.eof": True})
-    tps = partitions(admin(settings), [topic])
-    if isolation == "read_committed" and stable_timeout is not None:
-        try:
-            _await_stable(settings, client, topic, [tp.partition for tp in tps], time.monotonic() + stable_timeout)
-        except BaseException:
-            client.close()
-            raise
-    deadline = time.monotonic() + timeout
-    ends = {tp.partition: client.get_watermark_offsets(KafkaTP(topic, tp.partition), timeout=30)
-            for tp in tps}
-    if since_ms is not None:
-        found = client.offsets_for_times([KafkaTP(topic, p, since_ms) for p in ends], timeout=30)
-        # -1: no record that recent; the partition has nothing to read
-        ends = {t.partition: (t.offset if t.offset >= 0 else ends[t.partition][1], ends[t.partition][1])
-                for t in found}
-    assigned = [KafkaTP(topic, p, low) for p, (low, high) in ends.items() if high > low]
-    records: list[Record] = []
-    if not assigned:
-        client.close()
-        return records
-    client.assign(assigned)
-    done: set[int] = set()
-    while len(done) < len(assigned):
-        message = client.poll(1)
-        if message is None:
-            if time.monotonic() > deadline:  # a partial read would make the check wrong: say so instead
-                client.close()
-                raise TimeoutError(f"read_topic({topic!r}): partitions {sorted(done)} of "
-                                   f"{[tp.partition for tp in assigned]} read to their end in {timeout:.0f} s")
-            continue
-        partition, offset, error = message.partition(), message.offset(), message.error()
-        assert partition is not None, "a consumed message or partition EOF names its partition"
-        if error is not None:
-            if error.code() == -191:  # _PARTITION_EOF: this partition is read to its end
-                done.add(partition)
-            continue
-        assert offset is not None
-        raw = message.headers() or []
-        pairs = raw.items() if isinstance(raw, dict) else raw
-        headers = {name: value if isinstance(value, bytes) else (value or "").encode() for name, value in pairs}
-        records.append(Record(partition, offset, message.key(), message.value(), headers))
-    client.close()
-    return records
-
-
-def _await_stable(settings: Settings, client: Any, topic: str, partitions: list[int], deadline: float) -> None:
-    """Wait until no transaction is open below the log end of now. A read_committed consumer reads to the
-    last stable offset: below an open transaction it stops, and every record committed after it would go
-    unread, so unchecked (a duplicate there would pass, a record there would look lost). A transaction ends
-    when its producer commits or aborts, when the lane's next publisher fences it, or at its
-    transaction.timeout.ms; past the deadline the read fails naming where it is held."""
-    log_end = clients.consumer(settings, **{"group.id": "eosbatch-verify", "enable.auto.commit": False,
-                                             "isolation.level": "read_uncommitted"})
-    try:
-        ends = {p: log_end.get_watermark_offsets(KafkaTP(topic, p), timeout=30)[1] for p in partitions}
-    finally:
-        log_end.close()
-    while True:
-        # a read_committed consumer's high watermark is the last stable offset
-        held = {p: (stable, ends[p]) for p in partitions
-                if (stable := client.get_watermark_offsets(KafkaTP(topic, p), timeout=30)[1]) < ends[p]}
-        if not held:
-            return
-        if time.monotonic() > deadline:
-            where = ", ".join(f"partition {p} at offset {stable} (log end {end})" for p, (stable, end) in held.items())
-            raise OpenTransaction(
-                f"read_topic({topic!r}): an open transaction holds {where}: the records after it cannot be read "
-                "with read_committed, so they cannot be checked yet. It ends when its producer commits or aborts, "
-                "when the lane's next publish fences it, or at its transaction.timeout.ms; check again then")
-        time.sleep(0.5)
 
 
 class OutputCheck(NamedTuple):
@@ -144,9 +50,7 @@ def check_output(settings: Settings, pipeline: str, topic: str, records: list[Re
     pairs = Counter((record.batch_of(r.headers), record.seq_of(r.headers) or r.key) for r in ours)
     per_batch = Counter(record.batch_of(r.headers) for r in ours)
     with store.transaction(settings) as cur:
-        cur.execute("SELECT id, state, publish, outbox_records, published_records FROM eosbatch.batches "
-                    "WHERE pipeline = %s", (pipeline,))
-        batches = {str(i): (state, publish, fixed, published) for i, state, publish, fixed, published in cur.fetchall()}
+        batches = ledger.output_counts(cur, pipeline)
     # A committed batch's records may be in Kafka already (published, not yet finalized): not unknown.
     unknown = sorted(b for b in per_batch if batches.get(b, ("?",))[0] not in ("published", "committed"))
     mismatches: dict[int, tuple[int | None, int]] = {}
@@ -166,9 +70,9 @@ def coverage_gaps(settings: Settings, pipeline: str) -> dict[str, list[OffsetRan
     it is not one piece ending where the pipeline left that incarnation (its next offset, or the reset that
     started the next incarnation). Keys: "topic:partition", "topic:partition#N" for an earlier incarnation N."""
     with store.transaction(settings) as cur:
-        covered = store.coverage_by_incarnation(cur, pipeline)
-        where = store.incarnations(cur, pipeline)
-        resets = [r for _, _, _, r in store.resets(cur, pipeline)]
+        covered = claims.coverage_by_incarnation(cur, pipeline)
+        where = positions.incarnations(cur, pipeline)
+        resets = [r for _, _, _, r in positions.resets(cur, pipeline)]
     return coverage_problems(covered, where, resets)
 
 
@@ -176,13 +80,10 @@ def declared_gaps(settings: Settings, pipeline: str) -> list[str]:
     """The resets an operator made: offsets skipped on purpose, or a move to a new incarnation, with why."""
     with store.transaction(settings) as cur:
         return [f"reset {i} at {when.isoformat(timespec='seconds')}: {reset} ({reason})"
-                for i, when, reason, reset in store.resets(cur, pipeline)]
+                for i, when, reason, reset in positions.resets(cur, pipeline)]
 
 
 # ---------------------------------------------------------------- the audit: `eosbatch verify PIPELINE`
-
-OVERSIZE_PREFIX = "output record of "  # dead letters of rows too big to publish (ledger.sinks.move_to_sink)
-
 
 _MARKS = {True: "ok  ", False: "FAIL", None: "skip"}
 
@@ -223,14 +124,8 @@ def audit(ctx: Context, recompute: bool = True) -> Audit:
     settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     findings: list[Finding] = []
     with store.transaction(settings) as cur:
-        cur.execute("SELECT count(*) FROM eosbatch.committed_ranges a JOIN eosbatch.committed_ranges b "
-                    "ON a.pipeline = b.pipeline AND a.topic = b.topic AND a.partition = b.partition "
-                    "AND a.incarnation = b.incarnation "
-                    "AND a.batch_id < b.batch_id AND a.offsets && b.offsets WHERE a.pipeline = %s", (pipeline.name,))
-        overlaps = int(cur.fetchone()[0])
-        cur.execute("SELECT id, state, kind, publish FROM eosbatch.batches WHERE pipeline = %s ORDER BY id",
-                    (pipeline.name,))
-        batches = cur.fetchall()
+        overlaps = ledger.overlapping_ranges(cur, pipeline.name)
+        batches = ledger.batch_summaries(cur, pipeline.name)
     gaps = coverage_gaps(settings, pipeline.name)
     declared = declared_gaps(settings, pipeline.name)
     findings.append(Finding("coverage", not overlaps and not gaps,
@@ -264,7 +159,7 @@ def audit(ctx: Context, recompute: bool = True) -> Audit:
         else:
             findings.append(_sink_vs_output(settings, pipeline, records))
     with store.transaction(settings) as cur:
-        moved = [r for _, _, _, r in store.resets(cur, pipeline.name) if r.to_incarnation != r.from_incarnation]
+        moved = [r for _, _, _, r in positions.resets(cur, pipeline.name) if r.to_incarnation != r.from_incarnation]
     if recompute and moved:  # the earlier incarnation's records are gone from Kafka (or replaced): unreadable
         findings.append(Finding("sink = transform(committed input)", None, "skipped: the sink holds records of an "
                                 f"earlier incarnation of {', '.join(sorted({str(r.tp) for r in moved}))} that "
@@ -276,16 +171,8 @@ def audit(ctx: Context, recompute: bool = True) -> Audit:
 
 
 def _sink_rows(settings: Settings, pipeline: Any, columns: list[str]) -> dict[tuple[Any, ...], dict[str, Any]]:
-    from psycopg2 import sql
-
-    from eosbatch.ledger.sinks import sink_table
-
     with store.transaction(settings) as cur:
-        if not store.table_exists(cur, sink_table(pipeline)):
-            return {}
-        cur.execute(sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(map(sql.Identifier, columns)),
-                                                        sink_table(pipeline)))
-        rows = [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
+        rows = ledger.sink_rows(cur, pipeline, columns)
     return {tuple(_same(r[k]) for k in pipeline.sink.key): r for r in rows}
 
 
@@ -343,9 +230,7 @@ def _sink_vs_input(settings: Settings, pipeline: Any) -> list[Finding]:
     columns: list[str] = recomputed["columns"] or list(pipeline.sink.key)
     sink = _sink_rows(settings, pipeline, columns)
     with store.transaction(settings) as cur:  # rows the commit refused as too big for the output topic
-        cur.execute("SELECT convert_from(key, 'UTF8') FROM eosbatch.dead_letters WHERE pipeline = %s AND "
-                    "starts_with(error, %s) AND key IS NOT NULL", (pipeline.name, OVERSIZE_PREFIX))
-        too_big = {row[0] for row in cur.fetchall()}
+        too_big = ledger.oversize_keys(cur, pipeline.name)
     expected: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in recomputed["rows"]:
         if pipeline.output is not None and too_big and str(row[pipeline.output.key]) in too_big:
@@ -374,11 +259,7 @@ def _sink_vs_input(settings: Settings, pipeline: Any) -> list[Finding]:
                             f"e.g. {sorted(differ, key=str)[:3]} (sink has {len(sink)} keys, the recompute "
                             f"{len(expected)})"))
     with store.transaction(settings) as cur:
-        cur.execute('SELECT d.topic, d.partition, d."offset" FROM eosbatch.dead_letters d WHERE d.pipeline = %s '
-                    "AND NOT starts_with(d.error, %s) AND EXISTS (SELECT 1 FROM eosbatch.committed_ranges c "
-                    "WHERE c.pipeline = d.pipeline AND c.topic = d.topic AND c.partition = d.partition "
-                    'AND c.incarnation = d.incarnation AND c.offsets @> d."offset")', (pipeline.name, OVERSIZE_PREFIX))
-        dead = {tuple(row) for row in cur.fetchall()}
+        dead = ledger.committed_malformed(cur, pipeline.name)
     malformed = {tuple(p) for p in recomputed["malformed"]}
     findings.append(Finding("dead letters = malformed committed input", dead == malformed,
                             f"{len(dead)} dead letters" if dead == malformed else
@@ -401,12 +282,8 @@ def audit_batch(ctx: Context, batch_id: int) -> Audit:
     settings, pipeline = ctx.settings, ctx.pipeline
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id)
-        cur.execute('SELECT topic, partition, lower(offsets), upper(offsets) FROM eosbatch.committed_ranges '
-                    'WHERE batch_id = %s ORDER BY 1, 2, 3', (batch_id,))
-        committed = sorted(OffsetRange(t, p, lo, hi) for t, p, lo, hi in cur.fetchall())
-        cur.execute("SELECT count(*) FROM eosbatch.dead_letters WHERE pipeline = %s AND batch_id = %s",
-                    (pipeline.name, batch_id))
-        dead = int(cur.fetchone()[0])
+        committed = ledger.committed_ranges_of(cur, batch_id)
+        dead = ledger.dead_letter_count(cur, pipeline.name, batch_id)
     name = f"{pipeline.name} batch {batch_id}"
     if batch.pipeline != pipeline.name:
         return Audit(name, [Finding("batch", False, f"batch {batch_id} belongs to pipeline {batch.pipeline}")])

@@ -14,8 +14,9 @@ from psycopg2 import sql
 
 from eosbatch import config, faults, registry
 from eosbatch.context import Context, Log, quiet
-from eosbatch.ledger import store
-from eosbatch.verify import check_output, coverage_gaps, read_topic
+from eosbatch.kafka.read_back import read_topic
+from eosbatch.ledger import claims, positions, store
+from eosbatch.verify import check_output, coverage_gaps
 from examples.orders import generate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,8 +100,8 @@ class Scenario:
             cur.execute('SELECT topic, partition, "offset" FROM eosbatch.dead_letters WHERE pipeline = %s',
                         (self.pipeline,))
             dead = cur.fetchall()
-            next_offsets = store.next_offsets(cur, self.pipeline)
-            covered = store.committed_coverage(cur, self.pipeline)
+            next_offsets = positions.next_offsets(cur, self.pipeline)
+            covered = claims.committed_coverage(cur, self.pipeline)
         assert len(dead) == malformed and all(t == self.input for t, _, _ in dead)
         assert next_offsets and all(o > 0 for o in next_offsets.values())
         assert not coverage_gaps(self.settings, self.pipeline)

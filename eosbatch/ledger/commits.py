@@ -1,11 +1,9 @@
-"""The ledger statements of a batch's commit and publish that have no other home yet: when it committed, the
-commit sequence number it is about to take, the upkeep's lock wait, and the outbox of an older batch."""
+"""The ledger statements of a batch's commit and upkeep that have no other home yet: when it committed, the
+commit sequence number it is about to take, and the upkeep's lock wait."""
 
 from __future__ import annotations
 
 from typing import Any
-
-from psycopg2 import sql
 
 Cursor = Any
 
@@ -24,10 +22,3 @@ def upcoming_commit_seq(cur: Cursor, pipeline: str) -> int:
 def limit_lock_wait(cur: Cursor, timeout: str) -> None:
     """Give up on a lock after `timeout` (a PostgreSQL interval such as '5s') for the rest of the transaction."""
     cur.execute("SELECT set_config('lock_timeout', %s, true)", (timeout,))
-
-
-def json_outbox_query() -> sql.Composable:
-    """The outbox of a batch committed before the typed outbox (ledger revision 0008): its records are JSON
-    already, in the untyped eosbatch.outbox; one parameter, the batch id."""
-    return sql.SQL("SELECT seq::text, key, value, source_topic, source_partition::text, "
-                   "source_offset::text FROM eosbatch.outbox WHERE batch_id = %s")

@@ -5,31 +5,14 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg2
 from alembic import command
-from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, exc, pool
 
 from eosbatch import config
-
-MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
-VERSION_TABLE = "eosbatch_alembic_version"
-
-
-def _config(url: str) -> Config:
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    return cfg
-
-
-def _forget_checked() -> None:
-    from eosbatch.ledger import store
-
-    store.forget_schema_check()  # the revision changes: connections check it again
+from eosbatch.ledger import errors, revisions
 
 
 def connect_timeout() -> int:
@@ -40,8 +23,6 @@ def connect_timeout() -> int:
 @contextlib.contextmanager
 def _mapped(url: str) -> Iterator[None]:
     """SQLAlchemy wraps psycopg2's errors: unwrap them and map them as the ledger's own connections do."""
-    from eosbatch.ledger import errors
-
     try:
         yield
     except exc.DBAPIError as failure:
@@ -56,30 +37,15 @@ def _mapped(url: str) -> Iterator[None]:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    _forget_checked()
+    revisions.forget_checked()  # the revision changes: connections check it again
     with _mapped(url):
-        command.upgrade(_config(url), revision)
+        command.upgrade(revisions.alembic_config(url), revision)
 
 
 def downgrade(url: str, revision: str = "base") -> None:
-    _forget_checked()
+    revisions.forget_checked()  # the revision changes: connections check it again
     with _mapped(url):
-        command.downgrade(_config(url), revision)
-
-
-def revisions() -> list[str]:
-    """Every revision this eosbatch knows, oldest first (the ledger must be at the last)."""
-    from alembic.script import ScriptDirectory
-
-    script = ScriptDirectory.from_config(_config("postgresql://"))
-    return [r.revision for r in reversed(list(script.walk_revisions()))]
-
-
-def head() -> str | None:
-    """The newest revision this eosbatch knows."""
-    from alembic.script import ScriptDirectory
-
-    return ScriptDirectory.from_config(_config("postgresql://")).get_current_head()
+        command.downgrade(revisions.alembic_config(url), revision)
 
 
 def current(url: str) -> str | None:
@@ -87,7 +53,7 @@ def current(url: str) -> str | None:
     try:
         with _mapped(url), engine.connect() as connection:
             return MigrationContext.configure(
-                connection, opts={"version_table": VERSION_TABLE}
+                connection, opts={"version_table": revisions.VERSION_TABLE}
             ).get_current_revision()
     finally:
         engine.dispose()

@@ -10,8 +10,6 @@ meanwhile, and its rows are parsed when the caller asks for them.
 
 from __future__ import annotations
 
-import select
-import time
 from collections.abc import Generator
 from typing import Any
 
@@ -21,27 +19,8 @@ from psycopg2 import sql
 
 from eosbatch.config import Settings
 from eosbatch.ledger import errors as ledger_errors
-from eosbatch.ledger import store
+from eosbatch.ledger.connection import connect, wait, where
 from eosbatch.ledger.exceptions import LedgerUnavailable
-
-
-def wait(connection: Any, timeout_s: float | None = None) -> None:
-    """Until the asynchronous connection's pending work (connecting, a query) is done; its errors raise.
-    `timeout_s` bounds the whole wait (libpq does not enforce connect_timeout on an asynchronous connect)."""
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    while True:
-        state = connection.poll()
-        if state == psycopg2.extensions.POLL_OK:
-            return
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            raise psycopg2.OperationalError(f"timeout expired after {timeout_s:.0f} s")
-        if state == psycopg2.extensions.POLL_READ:
-            select.select([connection.fileno()], [], [], left)
-        elif state == psycopg2.extensions.POLL_WRITE:
-            select.select([], [connection.fileno()], [], left)
-        else:  # pragma: no cover - psycopg2 documents only the three states above
-            raise psycopg2.OperationalError(f"unexpected poll state {state}")
 
 
 def chunks(settings: Settings, query: sql.Composable, params: tuple[Any, ...] | dict[str, Any], size: int,
@@ -50,7 +29,7 @@ def chunks(settings: Settings, query: sql.Composable, params: tuple[Any, ...] | 
     own. While the caller works on a chunk, PostgreSQL computes the next one. `text_as_bytes`: text arrives
     as bytes, undecoded. Stopping early (closing the generator) closes the connection, and with it the
     transaction. PostgreSQL's errors are mapped as everywhere else (ledger.errors)."""
-    connection = store.connect(settings, asynchronous=True)
+    connection = connect(settings, asynchronous=True)
     try:
         cursor = connection.cursor()
         if text_as_bytes:
@@ -74,11 +53,11 @@ def chunks(settings: Settings, query: sql.Composable, params: tuple[Any, ...] | 
             wait(connection)
             rows = cursor.fetchall()
     except psycopg2.Error as exc:
-        mapped = ledger_errors.to_eosbatch(exc, store.where(settings))
+        mapped = ledger_errors.to_eosbatch(exc, where(settings))
         if mapped is None:
             raise
         raise mapped from exc
     except OSError as exc:  # select on a connection that went away
-        raise LedgerUnavailable(f"PostgreSQL at {store.where(settings)}: {exc}") from exc
+        raise LedgerUnavailable(f"PostgreSQL at {where(settings)}: {exc}") from exc
     finally:
         connection.close()

@@ -9,7 +9,8 @@ from typing import Any, NamedTuple
 from eosbatch import config, faults, registry
 from eosbatch.context import Context
 from eosbatch.exceptions import TerminalError, TransientError
-from eosbatch.ledger import sinks, store
+from eosbatch.ledger import lanes, sinks, store
+from eosbatch.ledger.staging import DEAD_LETTERS_STAGE
 from eosbatch.spark import reader, schema
 from eosbatch.spark.session import on_own_session
 from eosbatch.spark.staging import DEAD_LETTER_COLUMNS, RESULT_SCHEMA, StageTarget, WriterResult, stage_partition
@@ -34,7 +35,7 @@ def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -
     settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id)
-        store.check_epoch(cur, batch)
+        lanes.check_epoch(cur, batch)
     if batch.state != "planned":
         raise TerminalError(f"batch {batch_id} is {batch.state}; only a planned batch can be processed")
     started = time.monotonic()
@@ -67,7 +68,7 @@ def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -
     faults.point("process.before_staged")
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id, lock=True)
-        store.check_epoch(cur, batch)
+        lanes.check_epoch(cur, batch)
         store.set_state(cur, batch, "staged", writers=writers, records_read=counts["records_read"],
                         dead_letters=counts["dead_letters"])
     log(f"batch {batch_id}: read {counts['records_read']} records, staged {counts['sink_rows_staged']} rows "
@@ -132,7 +133,7 @@ def _stage_dead_letters(parsed: Any, dsn: str, nonce: str, batch_id: int) -> lis
     from pyspark.sql import functions as F
 
     error = F.col(reader.ERROR_COLUMN)
-    target = StageTarget("dead_letters", "eosbatch.staged_dead_letters")
+    target = StageTarget("dead_letters", DEAD_LETTERS_STAGE)
     rows = (parsed.where(error.isNotNull()).select(*DEAD_LETTER_COLUMNS, error)
             .mapInArrow(stage_partition(dsn, target, nonce, batch_id, {}), RESULT_SCHEMA).collect())
     return [WriterResult(r["writer"], r["rows"]) for r in rows]

@@ -2,7 +2,7 @@
 
 It reads every committed batch's ranges again (read_committed), parses and transforms them as the process
 step would, and writes the result rows and the malformed records' positions to a JSON file; the verifier
-compares them with the sink and the dead letters. Batches whose ranges were compacted (store.compact) are
+compares them with the sink and the dead letters. Batches whose ranges were compacted (cleanup.compact) are
 read together, as the part of the merged committed coverage that no other batch holds: their boundaries are
 gone, which changes nothing for an accumulate sink or a row-by-row transform. It shares the reader and the
 transform with the process step, and nothing with the commit and publish path it checks. It collects on the
@@ -17,7 +17,8 @@ from typing import Any
 
 from eosbatch import config, registry
 from eosbatch.context import Context
-from eosbatch.ledger import store
+from eosbatch.ledger import claims, store
+from eosbatch.ledger.audit import committed_batches
 from eosbatch.protocol.ranges import subtract
 from eosbatch.protocol.states import claims_coverage
 from eosbatch.spark import reader
@@ -47,13 +48,11 @@ def recompute_on(spark: Any, ctx: Context) -> dict[str, Any]:
 
     settings, pipeline = ctx.settings, ctx.pipeline
     with store.transaction(settings) as cur:
-        cur.execute("SELECT id FROM eosbatch.batches WHERE pipeline = %s AND state IN ('committed', 'published') "
-                    "ORDER BY id", (pipeline.name,))
-        batches = [store.get_batch(cur, row[0]) for row in cur.fetchall()]
+        batches = committed_batches(cur, pipeline.name)
         # A reprocess re-ran ranges that another batch committed: counted there.
         runs = [list(b.ranges) for b in batches if claims_coverage(b.kind) and b.ranges]
         if any(claims_coverage(b.kind) and not b.ranges for b in batches):  # compacted
-            rest = subtract(store.committed_coverage(cur, pipeline.name), [r for run in runs for r in run])
+            rest = subtract(claims.committed_coverage(cur, pipeline.name), [r for run in runs for r in run])
             runs = [rest, *runs] if rest else runs
     rows: list[dict[str, Any]] = []
     malformed: list[list[Any]] = []

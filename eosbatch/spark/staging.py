@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from eosbatch import faults
+from eosbatch.ledger.staging import copy_into_stage
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -94,7 +95,7 @@ def stage_partition(dsn: str, target: StageTarget, nonce: str, batch_id: int, fa
         writer = writer_tag(nonce, context.taskAttemptId())
         buffer, written = binary_copy(batches, batch_id, writer)
         if written:
-            _copy(dsn, target.copy_sql, buffer)
+            copy_into_stage(dsn, target.copy_sql, buffer)
             if target.kind == "sink" and context.attemptNumber() == 0:
                 faults.point("process.mid_staging", fault)  # rows are committed in staging; this attempt dies
         yield pa.RecordBatch.from_pylist([{"kind": target.kind, "writer": writer, "rows": written}],
@@ -103,13 +104,3 @@ def stage_partition(dsn: str, target: StageTarget, nonce: str, batch_id: int, fa
 
     return write
 
-
-def _copy(dsn: str, copy_sql: str, buffer: io.BytesIO) -> None:
-    import psycopg2
-
-    connection = psycopg2.connect(dsn, application_name="eosbatch-executor")
-    try:
-        with connection, connection.cursor() as cursor:
-            cursor.copy_expert(f"COPY {copy_sql} FROM STDIN (FORMAT binary)", buffer)
-    finally:
-        connection.close()

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterator
 
 from eosbatch.context import Context, quiet
-from eosbatch.ledger import sinks, store
+from eosbatch.ledger import cleanup, lanes, sinks, store
 from eosbatch.ledger.exceptions import OffsetMismatch, RangeConflict
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol.states import ABORTABLE
@@ -15,7 +15,7 @@ from eosbatch.protocol.states import ABORTABLE
 def abort_in(cur: store.Cursor, pipeline: Pipeline, batch: store.Batch, reason: str) -> store.Batch:
     """Abort `batch` in the caller's transaction: mark it so and drop its staged rows."""
     batch = store.set_state(cur, batch, "aborted", error=reason[:2000])
-    store.delete_staging(cur, batch.id, sinks.stage_table(pipeline))
+    cleanup.delete_staging(cur, batch.id, sinks.stage_table(pipeline))
     return batch
 
 
@@ -25,7 +25,7 @@ def abort(ctx: Context, batch_id: int | None = None, reason: str = "aborted") ->
     settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     aborted: list[int] = []
     with store.transaction(settings) as cur:
-        store.lock_pipeline(cur, pipeline.name)
+        lanes.lock_pipeline(cur, pipeline.name)
         batches = [store.get_batch(cur, batch_id)] if batch_id is not None else store.open_batches(cur, pipeline.name)
         for batch in batches:
             if batch.state in ABORTABLE:

@@ -8,7 +8,7 @@ import psycopg2.errors
 from eosbatch import faults
 from eosbatch.context import Context, quiet
 from eosbatch.kafka import offsets
-from eosbatch.ledger import commits, sinks, store
+from eosbatch.ledger import claims, commits, lanes, positions, sinks, store
 from eosbatch.ledger.exceptions import NotStaged, OffsetMismatch, RangeConflict, StagingLost
 from eosbatch.protocol.backfill import offset_moves
 from eosbatch.protocol.states import claims_coverage
@@ -32,10 +32,10 @@ def commit_once(ctx: Context, batch_id: int) -> tuple[store.Batch, bool]:
             if batch.state in ("committed", "published"):
                 log(f"batch {batch_id}: already {batch.state}")
                 return batch, False
-            store.check_epoch(cur, batch, lock=True)
+            lanes.check_epoch(cur, batch, lock=True)
             if batch.state != "staged":
                 raise NotStaged(f"batch {batch_id} is {batch.state}; only a staged batch can be committed")
-            moves = offset_moves(batch.kind, batch.ranges, store.next_offsets(cur, pipeline.name, lock=True))
+            moves = offset_moves(batch.kind, batch.ranges, positions.next_offsets(cur, pipeline.name, lock=True))
             if moves.problem:
                 raise OffsetMismatch(f"batch {batch_id}: {moves.problem}")
             if missing := sinks.missing_staged(cur, pipeline, batch):
@@ -45,14 +45,14 @@ def commit_once(ctx: Context, batch_id: int) -> tuple[store.Batch, bool]:
                                   "plans the same ranges again")
             try:
                 if claims_coverage(batch.kind):
-                    store.claim_coverage(cur, batch)  # in the incarnation each range was planned in
+                    claims.claim_coverage(cur, batch)  # in the incarnation each range was planned in
             except psycopg2.errors.ExclusionViolation as exc:
                 raise RangeConflict(f"batch {batch_id}: a range overlaps one already committed: "
                                     f"{exc.diag.message_detail}") from None
             moved = sinks.move_to_sink(cur, pipeline, batch, with_outbox=batch.publish, max_record_bytes=limit)
             dead = sinks.copy_dead_letters(cur, pipeline.name, batch_id, batch.writer_tags("dead_letters"))
             dead += moved.too_big
-            store.set_next_offsets(cur, pipeline.name, moves.moves)
+            positions.set_next_offsets(cur, pipeline.name, moves.moves)
             sequence = store.next_commit_seq(cur, pipeline.name)
             store.set_state(cur, batch, "committed", sink_rows=moved.sink_rows, dead_letters=dead,
                             outbox_records=moved.outbox, commit_seq=sequence,

@@ -13,7 +13,7 @@ from eosbatch.context import Context
 from eosbatch.exceptions import EosbatchError, Fenced
 from eosbatch.kafka import record
 from eosbatch.kafka.publisher import TransactionalPublisher, TxnState, publishing
-from eosbatch.ledger import commits, sinks, store, stream
+from eosbatch.ledger import commits, lanes, sinks, store, stream
 from eosbatch.protocol import early
 from eosbatch.protocol.recovery import marker_metadata
 from eosbatch.protocol.states import lane
@@ -43,7 +43,7 @@ def commit_and_publish(ctx: Context, batch_id: int) -> store.Batch:
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id)
         if batch.state == "staged" and batch.publish and lane(batch.kind) == "regular":
-            store.check_lane_epoch(cur, batch, batch.epoch)  # a resumed zombie stops before fencing anyone
+            lanes.check_lane_epoch(cur, batch, batch.epoch)  # a resumed zombie stops before fencing anyone
             query = sinks.early_outbox_query(cur, pipeline, batch)
             sequence = commits.upcoming_commit_seq(cur, pipeline.name)
     if query is None or pipeline.output is None:

@@ -8,7 +8,7 @@ from eosbatch import faults
 from eosbatch import lease as leases
 from eosbatch.context import Context
 from eosbatch.kafka import offsets
-from eosbatch.ledger import store
+from eosbatch.ledger import lanes, positions, store
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol import ranges as plan_ranges
 from eosbatch.protocol import sources
@@ -31,9 +31,9 @@ def recover(ctx: Context, in_lane: Lane = "regular", owner: str | None = None) -
     settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     owner = owner or leases.runner_id()
     with store.transaction(settings) as cur:
-        store.lock_pipeline(cur, pipeline.name, in_lane)
+        lanes.lock_pipeline(cur, pipeline.name, in_lane)
         leases.acquire(cur, settings, pipeline.name, in_lane, owner, log)
-        epoch = store.bump_epoch(cur, pipeline.name, in_lane)
+        epoch = lanes.bump_epoch(cur, pipeline.name, in_lane)
         pending = store.open_batches(cur, pipeline.name, in_lane)
         for batch in pending:
             if recovery_action(batch.state) == "abort":
@@ -62,9 +62,9 @@ def plan(ctx: Context, owner: str | None = None, epoch: int | None = None) -> st
     check_output_topic(settings, pipeline)
     topic_ids, bounds = offsets.source_state(settings, pipeline.source.topics)
     with store.transaction(settings) as cur:
-        store.hold_lane(cur, pipeline.name, "regular", epoch)
+        lanes.hold_lane(cur, pipeline.name, "regular", epoch)
         track_partitions(cur, pipeline, bounds, topic_ids, log)  # locks the next offsets: no commit meanwhile
-        starts = store.next_offsets(cur, pipeline.name)
+        starts = positions.next_offsets(cur, pipeline.name)
         if continuing:
             in_flight = [r for b in store.open_batches(cur, pipeline.name, "regular")
                          if b.state in ABORTABLE and b.epoch == epoch for r in b.ranges]
@@ -83,20 +83,20 @@ def track_partitions(cur: store.Cursor, pipeline: Pipeline, bounds: dict[Any, pl
     """Check that the source topics are the ones the ledger reads (topic IDs, offsets), then give partitions
     seen for the first time their starting next offset. A source change raises SourceChanged, naming the
     reset that goes on: nothing ever jumps by itself."""
-    known = store.next_offsets(cur, pipeline.name, lock=True)
+    known = positions.next_offsets(cur, pipeline.name, lock=True)
     check = check_sources(cur, pipeline, bounds, topic_ids, known)
     if check.adopt:
-        store.record_topic_ids(cur, pipeline.name, check.adopt)
+        positions.record_topic_ids(cur, pipeline.name, check.adopt)
     starts = starting_offsets(pipeline, bounds, known)
     if starts:
         log(f"reading new partitions: {', '.join(f'{tp} from {n}' for tp, n in sorted(starts.items()))}")
-    store.add_partitions(cur, pipeline.name, starts)
+    positions.add_partitions(cur, pipeline.name, starts)
 
 
 def check_sources(cur: store.Cursor, pipeline: Pipeline, bounds: dict[Any, plan_ranges.PartitionBounds],
                   topic_ids: dict[str, str], known: dict[Any, int]) -> sources.SourceCheck:
     """SourceChanged when a source topic is not the one the ledger reads any more; else what to record."""
-    check = sources.check_sources(store.source_topics(cur, pipeline.name), topic_ids, known, bounds)
+    check = sources.check_sources(positions.source_topics(cur, pipeline.name), topic_ids, known, bounds)
     if check.problems:
         raise SourceChanged(f"pipeline {pipeline.name}: {sources.describe_problems(check.problems, pipeline.name)}")
     return check

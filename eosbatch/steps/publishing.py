@@ -16,7 +16,7 @@ from eosbatch.kafka import marker, record
 from eosbatch.kafka.exceptions import MarkerExpired
 from eosbatch.kafka.publisher import publishing
 from eosbatch.kafka.record import Headers, Outgoing
-from eosbatch.ledger import commits, sinks, store, stream
+from eosbatch.ledger import cleanup, lanes, sinks, store, stream
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol.recovery import marker_metadata, publish_action
 from eosbatch.steps.shared import check_output_topic, transactional_id
@@ -41,7 +41,7 @@ def _outbox(settings: config.Settings, pipeline: Pipeline, batch: store.Batch, c
     if batch.outbox_columns is not None:
         query: sql.Composable = sinks.outbox_query(pipeline, batch.outbox_columns)
     else:  # committed before the typed outbox (ledger revision 0008): its records are JSON already
-        query = commits.json_outbox_query()
+        query = sinks.json_outbox_query()
     # Text as bytes, numbers rendered by the server: no decoding and encoding per field here.
     yield from record.outgoing(stream.chunks(settings, query, (batch.id,), OUTBOX_CHUNK, text_as_bytes=True),
                                pipeline.source.topics, common)
@@ -91,7 +91,7 @@ def _publish_to_kafka(ctx: Context, batch_id: int, epoch: int | None, ignore_exp
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id)
         if batch.state == "committed":
-            store.check_lane_epoch(cur, batch, batch.epoch if epoch is None else epoch)
+            lanes.check_lane_epoch(cur, batch, batch.epoch if epoch is None else epoch)
             age = store.seconds_since_commit(cur, batch_id)
     if batch.state == "published":
         log(f"batch {batch_id}: already published")
@@ -146,8 +146,8 @@ def finalize(ctx: Context, batch_id: int, produced: int | None = None) -> store.
             count = 0
         fields: dict[str, Any] = {} if count is None else {"published_records": count}
         batch = store.set_state(cur, batch, "published", **fields)
-        store.delete_staging(cur, batch_id, sinks.stage_table(pipeline), finished=True, pipeline=pipeline.name)
-        store.delete_outbox(cur, batch, sinks.outbox_table(pipeline))
+        cleanup.delete_staging(cur, batch_id, sinks.stage_table(pipeline), finished=True, pipeline=pipeline.name)
+        cleanup.delete_outbox(cur, batch, sinks.outbox_table(pipeline))
     how = "published by an earlier run; " if produced is None else ""
     log(f"batch {batch_id}: finalized ({how}{count if count is not None else '?'} output records)")
     if batch.marker_group != pipeline.marker_group:

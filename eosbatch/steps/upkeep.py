@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from eosbatch import config
 from eosbatch.exceptions import EosbatchError
-from eosbatch.ledger import commits, store
+from eosbatch.ledger import cleanup, commits, store
 from eosbatch.pipeline import Pipeline
 from eosbatch.steps.shared import Log
 
@@ -24,7 +24,7 @@ def _compact(settings: config.Settings, pipeline: Pipeline, before_seq: int, log
     try:
         with store.transaction(settings) as cur:
             commits.limit_lock_wait(cur, COMPACT_LOCK_TIMEOUT)
-            done = store.compact(cur, pipeline.name, settings.compact_after_days, before_seq=before_seq)
+            done = cleanup.compact(cur, pipeline.name, settings.compact_after_days, before_seq=before_seq)
     except EosbatchError as exc:
         log(f"{pipeline.name}: ledger compaction skipped ({exc}); the next one will do it")
         return

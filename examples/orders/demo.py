@@ -14,8 +14,9 @@ from decimal import Decimal
 
 from eosbatch import config, registry, running, stack
 from eosbatch.context import Context
+from eosbatch.kafka.read_back import read_topic
 from eosbatch.ledger import migrate, store
-from eosbatch.verify import check_output, coverage_gaps, read_topic
+from eosbatch.verify import check_output, coverage_gaps
 from examples.orders import generate
 
 PIPELINES = "examples.orders.pipeline"

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from eosbatch import config
-from eosbatch.ledger import store
+from eosbatch.ledger import lanes, store
 from tests.chaos.control import ROOT, end_exactly_once, wait_until
 from tests.chaos.control import session as control_session
 from tests.scenario import Scenario
@@ -50,7 +50,7 @@ def _cmdline(pid: int) -> str:
 
 def _epoch(settings, pipeline: str) -> int:
     with store.transaction(settings) as cur:
-        return store.lock_pipeline(cur, pipeline)
+        return lanes.lock_pipeline(cur, pipeline)
 
 
 LEASE_SECONDS = 4  # the frozen-runner tests' lease: a frozen holder's lane is free again after it

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from eosbatch.cli import EXIT_FENCED, EXIT_TRANSIENT
-from eosbatch.ledger import store
+from eosbatch.ledger import lanes, store
 from tests.chaos.airflow_run import BUSY, CAUGHT_UP
 from tests.scenario import ROOT, Scenario
 
@@ -41,8 +41,8 @@ def wait_for(what: str, check: Callable[[], object], timeout: float = 120, every
 def ledger(scenario: Scenario) -> tuple[int, dict]:
     """The regular lane's epoch (one bump per plan that got the lane) and its lease (owner, takeovers)."""
     with store.transaction(scenario.settings) as cur:
-        epoch = store.lock_pipeline(cur, scenario.pipeline)
-        leases = store.lane_leases(cur, scenario.pipeline)
+        epoch = lanes.lock_pipeline(cur, scenario.pipeline)
+        leases = lanes.lane_leases(cur, scenario.pipeline)
     return epoch, leases
 
 

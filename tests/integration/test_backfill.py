@@ -16,8 +16,8 @@ from confluent_kafka import TopicPartition as KafkaTP
 from confluent_kafka.admin import AdminClient
 
 from eosbatch import faults
+from eosbatch.kafka.read_back import read_topic
 from eosbatch.ledger import store
-from eosbatch.verify import read_topic
 from tests.scenario import Scenario
 
 pytestmark = [pytest.mark.integration]

@@ -32,7 +32,7 @@ def test_only_text_keys_of_byte_order_collations_are_sorted_as_bytes(settings, u
             assert found == {"c", "posix", "utf8"} | ({"plain"} if plain else set())
 
             # The commit's query sorts those as bytes, the others as they are; and PostgreSQL accepts it.
-            rows, _ = sinks._batch_rows(pipeline, [*KEYS, "v"], flagged=True, bytewise=found)
+            rows, _ = sinks.batch_rows(pipeline, [*KEYS, "v"], flagged=True, bytewise=found)
             text = rows.as_string(connection)
             assert '"c" COLLATE "C"' in text and '"icu" COLLATE' not in text and '"number" COLLATE' not in text
             cur.execute(rows, {"batch": 1, "writers": ["w"]})

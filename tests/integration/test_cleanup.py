@@ -10,7 +10,7 @@ import psycopg2
 import pytest
 from psycopg2 import sql
 
-from eosbatch.ledger import store
+from eosbatch.ledger import cleanup, lanes, store
 
 pytestmark = [pytest.mark.integration]
 
@@ -38,12 +38,12 @@ def test_a_batch_rows_go_by_truncate_only_when_alone(settings, unique) -> None:
     _, file_before = _state(settings, table)
 
     with store.transaction(settings) as cur:  # batch 2's rows are there too: a DELETE of batch 1's only
-        store.delete_batch_rows(cur, table, "batch_id", 1)
+        cleanup.delete_batch_rows(cur, table, "batch_id", 1)
     rows, file_after = _state(settings, table)
     assert rows == {2: 50} and file_after == file_before
 
     with store.transaction(settings) as cur:  # alone: TRUNCATE (a new, empty file; no dead rows)
-        store.delete_batch_rows(cur, table, "batch_id", 2)
+        cleanup.delete_batch_rows(cur, table, "batch_id", 2)
     rows, file_truncated = _state(settings, table)
     assert rows == {} and file_truncated != file_after
 
@@ -56,7 +56,7 @@ def test_a_batch_rows_go_by_truncate_only_when_alone(settings, unique) -> None:
             assert cursor.fetchone() == (10,)
             started = time.monotonic()
             with store.transaction(settings) as cur:
-                store.delete_batch_rows(cur, table, "batch_id", 3)
+                cleanup.delete_batch_rows(cur, table, "batch_id", 3)
             assert time.monotonic() - started < 5, "the cleanup waited for the reader's lock"
             rows, file_now = _state(settings, table)
             assert rows == {} and file_now == file_truncated  # a DELETE: the reader's table was not swapped
@@ -77,7 +77,7 @@ def test_a_published_batch_rows_wait_for_a_truncate_while_another_batch_is_open(
     table = sql.Identifier("public", f"cleanup_{unique}")
     with store.transaction(settings) as cur:
         cur.execute(sql.SQL("CREATE UNLOGGED TABLE {} (batch_id bigint, v text)").format(table))
-        store.lock_pipeline(cur, pipeline)
+        lanes.lock_pipeline(cur, pipeline)
         ids = [store.create_batch(cur, pipeline, "regular", 0, [], "g").id for _ in range(4)]
     first, second, third, fourth = ids
     leftover = 10_000 + first  # a batch no longer in the ledger's open ones: what a crashed runner left
@@ -87,7 +87,7 @@ def test_a_published_batch_rows_wait_for_a_truncate_while_another_batch_is_open(
     def finish(batch_id: int) -> None:
         with store.transaction(settings) as cur:
             cur.execute("UPDATE eosbatch.batches SET state = 'aborted' WHERE id = %s", (batch_id,))
-            store.delete_batch_rows(cur, table, "batch_id", batch_id, pipeline)
+            cleanup.delete_batch_rows(cur, table, "batch_id", batch_id, pipeline)
 
     try:
         _, file_before = _state(settings, table)

@@ -22,7 +22,7 @@ import pytest
 from eosbatch import config
 from eosbatch.kafka.exceptions import TransactionTimeoutTooHigh
 from eosbatch.kafka.publisher import TransactionalPublisher
-from eosbatch.ledger import migrate
+from eosbatch.ledger import migrate, revisions
 from tests.scenario import ROOT, Scenario
 
 pytestmark = pytest.mark.integration
@@ -131,7 +131,7 @@ def test_a_database_without_the_ledger_or_with_an_older_one_says_run_db_upgrade(
         line = _one_line(done)
         assert done.returncode == 2, line
         assert "no eosbatch ledger" in line and "run `eosbatch db upgrade`" in line, line
-    known = migrate.revisions()
+    known = revisions.known()
     migrate.upgrade(fresh_database, known[-2])
     done, _ = _cli(scenario, "run", scenario.pipeline, EOSBATCH_DATABASE_URL=fresh_database)
     line = _one_line(done)

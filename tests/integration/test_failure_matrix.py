@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from eosbatch import config, faults
-from eosbatch.verify import OpenTransaction, read_topic
+from eosbatch.kafka.read_back import OpenTransaction, read_topic
 from tests.chaos.control import fired as fired_points
 from tests.scenario import ROOT, Scenario
 

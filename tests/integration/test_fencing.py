@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from eosbatch import KafkaSource, Pipeline, PostgresSink, steps
+from eosbatch import KafkaSource, Pipeline, PostgresSink, registry, steps
 from eosbatch.kafka.exceptions import PublisherFenced
 from eosbatch.kafka.publisher import TransactionalPublisher
-from eosbatch.ledger import store
+from eosbatch.kafka.read_back import read_topic
+from eosbatch.ledger import claims, positions, store
 from eosbatch.ledger.exceptions import StaleEpoch
 from eosbatch.protocol.ranges import OffsetRange
-from eosbatch.verify import read_topic
 from examples.orders import generate
 from tests.scenario import context
 
@@ -21,8 +21,8 @@ def test_commit_with_a_stale_epoch_is_rejected_and_changes_nothing(settings, uni
     topic = f"fence_in_{unique}"
     generate.ensure_topics(settings, {topic: 2})
     generate.generate(settings, topic, records=300, partitions=2, abort_every=0)
-    Pipeline(name=f"fence_{unique}", source=KafkaSource(topics=[topic]), transform=lambda df: df,
-             sink=PostgresSink(table=f"fence_{unique}", key=["offset"]))
+    registry.register(Pipeline(name=f"fence_{unique}", source=KafkaSource(topics=[topic]), transform=lambda df: df,
+                               sink=PostgresSink(table=f"fence_{unique}", key=["offset"])))
     name = f"fence_{unique}"
     zombie = steps.plan(context(name))
     assert zombie is not None and zombie.state == "planned"
@@ -31,8 +31,8 @@ def test_commit_with_a_stale_epoch_is_rejected_and_changes_nothing(settings, uni
         steps.commit(context(name), zombie.id)
     with store.transaction(settings) as cur:
         assert store.get_batch(cur, zombie.id).state == "aborted"
-        assert store.committed_coverage(cur, name) == []
-        assert set(store.next_offsets(cur, name).values()) == {0}
+        assert claims.committed_coverage(cur, name) == []
+        assert set(positions.next_offsets(cur, name).values()) == {0}
     again = steps.plan(context(name))
     assert again is not None and again.ranges == zombie.ranges  # the same ranges, planned again
 

@@ -13,8 +13,9 @@ from psycopg2 import sql
 
 from eosbatch import KafkaOutput, KafkaSource, Pipeline, PostgresSink
 from eosbatch.exceptions import TerminalError
-from eosbatch.ledger import sinks, store
+from eosbatch.ledger import lanes, sinks, store
 from eosbatch.ledger.exceptions import SinkError
+from eosbatch.ledger.sinks import commit
 
 pytestmark = [pytest.mark.integration]
 
@@ -34,7 +35,7 @@ def _pipeline(unique: str) -> Pipeline:
 def _prepare(cur, pipeline: Pipeline) -> store.Batch:
     """Sink and staging tables and the batch's staged rows; the batch as the commit sees it."""
     sinks.ensure_tables(cur, pipeline, COLUMNS)
-    store.lock_pipeline(cur, pipeline.name)
+    lanes.lock_pipeline(cur, pipeline.name)
     batch = store.create_batch(cur, pipeline.name, "regular", 0, [], "g")
     for row in STAGED:
         cur.execute(sql.SQL("INSERT INTO {} VALUES (%s, 'w:1', %s, %s, %s, %s)").format(sinks.stage_table(pipeline)),
@@ -65,8 +66,8 @@ def test_both_forms_leave_the_same_sink_and_outbox(settings, unique, monkeypatch
                 with connection.cursor() as cur:
                     batch = _prepare(cur, pipeline)
                     # the commit would choose the INSERT by itself
-                    assert sinks._insert_pays(cur, pipeline, sinks.key_columns(cur, pipeline))
-                    monkeypatch.setattr(sinks, "_insert_pays", lambda *_, chosen=insert: chosen)
+                    assert sinks.insert_pays(cur, pipeline, sinks.key_columns(cur, pipeline))
+                    monkeypatch.setattr(commit, "insert_pays", lambda *_, chosen=insert: chosen)
                     moved = sinks.move_to_sink(cur, pipeline, batch, with_outbox=True, max_record_bytes=1_000_000)
                     results[insert] = (moved, *_after(cur, pipeline, batch))
             finally:
@@ -91,9 +92,9 @@ def test_the_plain_insert_is_chosen_only_for_an_empty_sink(settings, unique) -> 
     try:
         with connection.cursor() as cur:
             _prepare(cur, pipeline)
-            assert sinks._insert_pays(cur, pipeline, sinks.key_columns(cur, pipeline))
+            assert sinks.insert_pays(cur, pipeline, sinks.key_columns(cur, pipeline))
             cur.execute(sql.SQL("INSERT INTO {} VALUES ('stored', 'v', 0, 0)").format(sinks.sink_table(pipeline)))
-            assert not sinks._insert_pays(cur, pipeline, sinks.key_columns(cur, pipeline))
+            assert not sinks.insert_pays(cur, pipeline, sinks.key_columns(cur, pipeline))
     finally:
         connection.rollback()
         connection.close()
@@ -115,7 +116,7 @@ def test_a_key_another_transaction_stores_meanwhile_falls_back_to_the_upsert(set
                 sinks.sink_table(pipeline)))
         with connection.cursor() as cur:
             batch = _prepare(cur, pipeline)
-            assert sinks._insert_pays(cur, pipeline, sinks.key_columns(cur, pipeline))
+            assert sinks.insert_pays(cur, pipeline, sinks.key_columns(cur, pipeline))
             cur.execute("SELECT pg_backend_pid()")
             pid = cur.fetchone()[0]
 
@@ -156,7 +157,7 @@ def test_rows_the_sink_refuses_are_a_terminal_error_naming_the_sink(settings, un
     """A NULL key (the transform let one through) can never go in: SinkError, terminal, naming the sink and
     PostgreSQL's reason, not the driver's error that a retry would meet again and again."""
     pipeline = _pipeline(unique)
-    monkeypatch.setattr(sinks, "_insert_pays", lambda *_: insert)
+    monkeypatch.setattr(commit, "insert_pays", lambda *_: insert)
     connection = psycopg2.connect(settings.psycopg_dsn)
     try:
         with connection.cursor() as cur:

@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import Producer
 from psycopg2 import sql
 
-from eosbatch.ledger import store
-from eosbatch.verify import read_topic
+from eosbatch.kafka.read_back import read_topic
+from eosbatch.ledger import cleanup, store
 from examples.orders import generate
 from tests.scenario import ROOT
 
@@ -98,7 +98,7 @@ def test_a_key_nothing_orders_in_one_batch_is_refused_naming_the_key(settings, u
                     "WHERE b.pipeline = %s", (f"{pipeline}_{unique}",))
         assert cur.fetchone()[0] == 0
         typed = sql.Identifier("eosbatch", f"outbox_{pipeline}_{unique}")  # created by the commit it rolled back
-        assert not store.table_exists(cur, typed)
+        assert not cleanup.table_exists(cur, typed)
         cur.execute("SELECT state FROM eosbatch.batches WHERE pipeline = %s", (f"{pipeline}_{unique}",))
         assert [state for (state,) in cur.fetchall()] == ["aborted"]  # by the run's failure path, not committed
 

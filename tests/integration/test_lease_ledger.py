@@ -8,10 +8,10 @@ import subprocess
 
 import pytest
 
-from eosbatch import KafkaSource, Pipeline, PostgresSink, config, steps
+from eosbatch import KafkaSource, Pipeline, PostgresSink, config, registry, steps
 from eosbatch import lease as leases
 from eosbatch.cli import EXIT_TRANSIENT
-from eosbatch.ledger import store
+from eosbatch.ledger import lanes, store
 from eosbatch.ledger.exceptions import LaneBusy, LaneLost, StaleEpoch
 from eosbatch.protocol.lease import airflow_owner, cli_owner
 from examples.orders import generate
@@ -26,19 +26,19 @@ def _pipeline(settings, unique: str) -> str:
     topic = f"lease_in_{unique}"
     generate.ensure_topics(settings, {topic: 2})
     generate.generate(settings, topic, records=100, partitions=2, abort_every=0)
-    Pipeline(name=f"lease_{unique}", source=KafkaSource(topics=[topic]), transform=lambda df: df,
-             sink=PostgresSink(table=f"lease_{unique}", key=["offset"]))
+    registry.register(Pipeline(name=f"lease_{unique}", source=KafkaSource(topics=[topic]), transform=lambda df: df,
+                               sink=PostgresSink(table=f"lease_{unique}", key=["offset"])))
     return f"lease_{unique}"
 
 
 def epoch(settings, name: str) -> int:
     with store.transaction(settings) as cur:
-        return store.lock_pipeline(cur, name)
+        return lanes.lock_pipeline(cur, name)
 
 
 def lease_row(settings, name: str, lane: str = "regular"):
     with store.transaction(settings) as cur:
-        return store.lane_leases(cur, name)[lane]
+        return lanes.lane_leases(cur, name)[lane]
 
 
 def expire(settings, name: str) -> None:
@@ -118,7 +118,7 @@ def test_a_new_run_of_the_same_dag_takes_over_from_an_earlier_run_at_once(settin
 def test_eosbatch_run_on_a_busy_lane_exits_transient_with_one_line(settings, unique):
     scenario = Scenario(settings, unique, "totals", records=50)
     with store.transaction(settings) as cur:
-        store.lock_pipeline(cur, scenario.pipeline)
+        lanes.lock_pipeline(cur, scenario.pipeline)
         leases.acquire(cur, config.load(), scenario.pipeline, "regular", A)
     busy = scenario.run()
     assert busy.returncode == EXIT_TRANSIENT, busy.stderr[-2000:]

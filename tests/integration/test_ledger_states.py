@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from eosbatch.ledger import store
+from eosbatch.ledger import lanes, store
 from eosbatch.protocol.exceptions import IllegalTransition
 
 pytestmark = pytest.mark.integration
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 def test_a_batch_moved_meanwhile_is_moved_from_where_it_is_now_or_refused(settings, unique) -> None:
     name = f"states_{unique}"
     with store.transaction(settings) as cur:
-        store.lock_pipeline(cur, name)
+        lanes.lock_pipeline(cur, name)
         held = store.create_batch(cur, name, "regular", 0, [], "g")  # what recovery read: planned
     with store.transaction(settings) as cur:  # meanwhile its Spark driver marks it staged
         store.set_state(cur, held, "staged")

@@ -47,7 +47,7 @@ def test_the_size_bound_is_never_below_the_exact_size(settings, unique) -> None:
             cur.execute(sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
                 table, sql.SQL(", ").join(map(sql.Identifier, names)),
                 sql.SQL(", ").join(sql.Placeholder() * len(names))), row)
-        typed = sinks._result_columns(cur, sql.SQL("SELECT * FROM {}").format(table), {})  # as the commit does
+        typed = sinks.result_columns(cur, sql.SQL("SELECT * FROM {}").format(table), {})  # as the commit does
         assert {c.pg_type for c in typed} >= set(sinks.TEXT_WIDTH)  # every type with a fixed bound is here
         cur.execute(sql.SQL("SELECT {}, {} FROM {} r").format(sinks.json_size_bound(typed, "k"), exact, table))
         sizes = cur.fetchall()

@@ -13,9 +13,10 @@ from confluent_kafka import TopicPartition as KafkaTP
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from eosbatch.kafka.offsets import bounds, topic_ids
-from eosbatch.ledger import store
+from eosbatch.kafka.read_back import read_topic
+from eosbatch.ledger import positions, store
 from eosbatch.protocol.ranges import TopicPartition
-from eosbatch.verify import check_output, coverage_gaps, declared_gaps, read_topic
+from eosbatch.verify import check_output, coverage_gaps, declared_gaps
 from examples.orders import generate
 from tests.scenario import Scenario
 
@@ -62,7 +63,7 @@ def ledger(settings, pipeline: str) -> tuple[dict[TopicPartition, int], int]:
     with store.transaction(settings) as cur:
         cur.execute("SELECT count(*) FROM eosbatch.batches WHERE pipeline = %s", (pipeline,))
         count = int(cur.fetchone()[0])
-        return store.next_offsets(cur, pipeline), count
+        return positions.next_offsets(cur, pipeline), count
 
 
 def dead_letters(settings, pipeline: str) -> int:

@@ -21,10 +21,10 @@ import pytest
 from psycopg2 import sql
 
 from eosbatch import config, stack
+from eosbatch.kafka.read_back import read_topic
 from eosbatch.ledger import store
 from eosbatch.stack.processes import alive
 from eosbatch.stack.spark_cluster import SparkCluster
-from eosbatch.verify import read_topic
 from tests.chaos.control import Runner, end_exactly_once, wait_until
 from tests.chaos.control import session as process_session
 from tests.conftest import _unavailable

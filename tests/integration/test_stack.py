@@ -11,10 +11,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from eosbatch.kafka.offsets import bounds
-from eosbatch.ledger import migrate, store
+from eosbatch.kafka.read_back import read_topic
+from eosbatch.ledger import lanes, migrate, revisions, store
 from eosbatch.ledger.exceptions import LedgerSchemaMissing
 from eosbatch.protocol.ranges import TopicPartition
-from eosbatch.verify import read_topic
 from examples.orders import generate
 from tests.conftest import long_lived_ids
 
@@ -130,7 +130,7 @@ def test_migrations_downgrade_and_upgrade(settings):
     finally:
         migrate.upgrade(url, "head")
         long_lived_ids(settings)
-    assert migrate.current(url) == migrate.head()
+    assert migrate.current(url) == revisions.head()
     with store.transaction(settings) as cur:
         cur.execute("SELECT to_regclass('eosbatch.committed_ranges') IS NOT NULL")  # NULL: no such table
         assert cur.fetchone()[0] is True
@@ -139,7 +139,7 @@ def test_migrations_downgrade_and_upgrade(settings):
 def test_exclusion_constraint_refuses_overlapping_committed_ranges(settings, unique):
     pipeline = f"p_{unique}"
     with store.transaction(settings) as cur:
-        store.lock_pipeline(cur, pipeline)
+        lanes.lock_pipeline(cur, pipeline)
         batch = store.create_batch(cur, pipeline, "regular", 0, [], "g")
         insert = ("INSERT INTO eosbatch.committed_ranges (pipeline, topic, partition, incarnation, offsets, batch_id) "
                   "VALUES (%s, 't', 0, %s, int8range(%s, %s), %s)")

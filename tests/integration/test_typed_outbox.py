@@ -8,7 +8,7 @@ import pytest
 from psycopg2 import sql
 
 from eosbatch import KafkaOutput, KafkaSource, Pipeline, PostgresSink
-from eosbatch.ledger import sinks, store
+from eosbatch.ledger import lanes, sinks, store
 from eosbatch.ledger.exceptions import SinkError
 from tests.integration.test_output_size import COLUMNS, ROWS
 
@@ -49,7 +49,7 @@ def test_records_published_from_the_typed_outbox_are_the_ones_the_commit_rendere
             cur.execute(sql.SQL("SELECT c.k, row_to_json(c.*)::text FROM (SELECT {} FROM {}) c").format(listed, sink))
             before = dict(cur.fetchall())
             # What it does now: the outbox typed as the records are, filled from the same rows, read by publish.
-            table = sinks.ensure_outbox(cur, pipeline, sinks._result_columns(
+            table = sinks.ensure_outbox(cur, pipeline, sinks.result_columns(
                 cur, sql.SQL("SELECT {} FROM {}").format(listed, sink), {}))
             cur.execute(sql.SQL("INSERT INTO {} SELECT 7, row_number() OVER (), {} FROM {}").format(
                 table, listed, sink))
@@ -75,7 +75,7 @@ def test_a_column_a_committed_batch_waits_on_is_never_retyped(settings, unique) 
     try:
         with store.transaction(settings) as cur:
             sinks.ensure_outbox(cur, pipeline, first)
-            store.lock_pipeline(cur, pipeline.name)
+            lanes.lock_pipeline(cur, pipeline.name)
             batch = store.create_batch(cur, pipeline.name, "regular", 0, [], "g")
             cur.execute("UPDATE eosbatch.batches SET state = 'committed' WHERE id = %s", (batch.id,))
             cur.execute(sql.SQL("INSERT INTO {} VALUES (%s, 1, 'a', 1.5)").format(table), (batch.id,))
@@ -85,7 +85,7 @@ def test_a_column_a_committed_batch_waits_on_is_never_retyped(settings, unique) 
         with store.transaction(settings) as cur:  # published: its rows, if still there, wait for a TRUNCATE
             cur.execute("UPDATE eosbatch.batches SET state = 'published' WHERE id = %s", (batch.id,))
             sinks.ensure_outbox(cur, pipeline, retyped)
-            assert sinks._table_types(cur, table) == {"_eosbatch_batch": "bigint", "_eosbatch_seq": "bigint",
+            assert sinks.table_types(cur, table) == {"_eosbatch_batch": "bigint", "_eosbatch_seq": "bigint",
                                                       "k": "text", "amount": "numeric", "added": "bigint"}
     finally:
         with store.transaction(settings) as cur:
@@ -115,7 +115,7 @@ def test_the_early_publish_query_renders_from_staging_what_the_commit_puts_in_th
             cur.execute(sql.SQL("CREATE TABLE {} ({}, UNIQUE (k))").format(sink, sql.SQL(", ").join(
                 sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in types.items())))
             sinks.ensure_tables(cur, pipeline, staged)
-            store.lock_pipeline(cur, pipeline.name)
+            lanes.lock_pipeline(cur, pipeline.name)
             batch = store.create_batch(cur, pipeline.name, "regular", 0, [], "g")
             stage = sinks.stage_table(pipeline)
             for row in rows:
@@ -165,7 +165,7 @@ def test_no_early_publish_where_the_stored_key_or_row_may_differ_from_the_batch_
                 cur.execute(sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES WITH (MODULUS 1, REMAINDER 0)").format(
                     sql.Identifier("public", f"typed_{unique}_p0"), sink))
             sinks.ensure_tables(cur, pipeline, [sinks.Column("k", key_type), sinks.Column("v", "text")])
-            store.lock_pipeline(cur, pipeline.name)
+            lanes.lock_pipeline(cur, pipeline.name)
             batch = store.create_batch(cur, pipeline.name, "regular", 0, [], "g")
             batch = batch._replace(writers={"sink": {"w:1": 0}, "columns": ["k", "v"]})
             assert (sinks.early_outbox_query(cur, pipeline, batch) is not None) is early

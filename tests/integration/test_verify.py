@@ -57,7 +57,7 @@ def test_verify_batch_checks_one_batch_and_names_a_duplicate_output_record(setti
     (what a zombie publisher outside any transaction would do) is found through its headers."""
     from confluent_kafka import Producer
 
-    from eosbatch.verify import read_topic
+    from eosbatch.kafka.read_back import read_topic
 
     scenario = Scenario(settings, unique, "latest", records=1200, batch=800)
     assert scenario.run().returncode == 0
@@ -88,7 +88,7 @@ def test_verify_does_not_pass_while_an_open_transaction_hides_the_output_behind_
     run yet): it must say the output cannot be checked yet, and, once the transaction ends, name the duplicate."""
     from confluent_kafka import Producer
 
-    from eosbatch.verify import OpenTransaction, read_topic
+    from eosbatch.kafka.read_back import OpenTransaction, read_topic
 
     scenario = Scenario(settings, unique, "latest", records=1200, batch=5000)
     assert scenario.run().returncode == 0

@@ -24,7 +24,7 @@ def history(settings, airflow_db, unique, monkeypatch) -> Scenario:
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # spark-submit's driver imports the pipeline module too
     import tests.pipelines.scheduled
 
-    importlib.reload(tests.pipelines.scheduled)  # register this test's pipelines here, as spark-submit will
+    importlib.reload(tests.pipelines.scheduled)  # this test's pipelines here, as spark-submit will build them
     return Scenario(settings, unique, "latest", batch=1000, start="latest")
 
 
@@ -178,8 +178,9 @@ def test_task_group_in_a_dag_of_ones_own(history: Scenario, tmp_path, monkeypatc
     assert counts["batch"] == batch_id and counts["state"] == "published" and not counts["caught_up"]
     assert counts["sink_rows"] == len(sink) > 0 and counts["published"] == len(sink)
     # Exactly-once over the batch's ranges (the history before the start is a backfill's, not this run's).
+    from eosbatch.kafka.read_back import read_topic
     from eosbatch.ledger import store
-    from eosbatch.verify import check_output, read_topic
+    from eosbatch.verify import check_output
     from examples.orders import generate
 
     with store.transaction(history.settings) as cur:

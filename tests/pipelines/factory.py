@@ -1,5 +1,5 @@
-"""The test pipelines over one input topic `crash_in_<suffix>`, one per sink mode; nothing registers until
-`make` is called (each module that calls it decides which suffixes exist)."""
+"""The test pipelines over one input topic `crash_in_<suffix>`, one per sink mode, built by `make` for
+the modules that name their suffixes (tests/pipelines/crash.py, scheduled.py)."""
 
 import functools
 from collections.abc import Callable, Iterator

@@ -4,12 +4,17 @@ entry of EOSBATCH_TEST_SUFFIXES ("suffix[:start[:batch[:slow]]]", comma-separate
 
 import os
 
+from eosbatch import Pipeline
 from tests.pipelines.factory import make
 
 SPECS = [spec.strip() for spec in os.environ.get("EOSBATCH_TEST_SUFFIXES", "").split(",") if spec.strip()]
 
-for spec in SPECS:
+
+def _pipelines(spec: str) -> tuple[Pipeline, Pipeline]:
     suffix, _, rest = spec.partition(":")
     start, _, rest = rest.partition(":")
     batch, _, slow = rest.partition(":")
-    make(suffix, int(batch or 1500), start or "earliest", float(slow or 0))
+    return make(suffix, int(batch or 1500), start or "earliest", float(slow or 0))
+
+
+PIPELINES = [pipeline for spec in SPECS for pipeline in _pipelines(spec)]

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from eosbatch.kafka import clients, marker, publisher
-from eosbatch.ledger import store
+from eosbatch.ledger import connection
 
 pytestmark = pytest.mark.unit
 
@@ -25,11 +25,11 @@ def test_a_forked_child_keeps_none_of_its_parents_clients_and_closes_none() -> N
     clients._admins[("parent",)] = kept["admin"]  # type: ignore[assignment]
     marker._kept[("parent",)] = kept["marker"]  # type: ignore[assignment]
     publisher._kept[("parent",)] = kept["publisher"]  # type: ignore[assignment]
-    store._idle[(os.getpid(), "dsn")] = [kept["connection"]]  # type: ignore[list-item]
+    connection._idle[(os.getpid(), "dsn")] = [kept["connection"]]  # type: ignore[list-item]
     try:
         child = os.fork()
         if child == 0:  # the child: nothing kept, nothing closed
-            ok = not (clients._admins or marker._kept or publisher._kept or store._idle) and \
+            ok = not (clients._admins or marker._kept or publisher._kept or connection._idle) and \
                 not any(c.closed for c in kept.values())
             os._exit(0 if ok else 1)
         _, status = os.waitpid(child, 0)
@@ -40,4 +40,4 @@ def test_a_forked_child_keeps_none_of_its_parents_clients_and_closes_none() -> N
         clients._admins.pop(("parent",), None)
         marker._kept.pop(("parent",), None)
         publisher._kept.pop(("parent",), None)
-        store._idle.pop((os.getpid(), "dsn"), None)
+        connection._idle.pop((os.getpid(), "dsn"), None)

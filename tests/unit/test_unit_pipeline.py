@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import sys
+from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any
 from uuid import uuid4
 
@@ -23,6 +26,7 @@ def unique() -> str:
 
 
 def pipeline(**overrides: Any) -> Pipeline:
+    """A valid pipeline with `overrides`, registered as a test builds them: at run time, by hand."""
     fields: dict[str, Any] = {
         "name": unique(),
         "source": KafkaSource(["orders"]),
@@ -30,7 +34,9 @@ def pipeline(**overrides: Any) -> Pipeline:
         "sink": PostgresSink("totals", key=["customer_id"]),
     }
     fields.update(overrides)
-    return Pipeline(**fields)
+    built = Pipeline(**fields)
+    registry.register(built)
+    return built
 
 
 def refused(build: Callable[[], object], field: str) -> ConfigError:
@@ -180,6 +186,58 @@ def test_get_of_an_unknown_name_lists_the_known_ones(monkeypatch: pytest.MonkeyP
     assert known in str(error)
 
 
+@pytest.fixture
+def modules() -> Iterator[Callable[..., str]]:
+    """Makes importable pipeline modules: `modules(name=value, ...)` -> the new module's name."""
+    made: list[str] = []
+
+    def module(**globals_: Any) -> str:
+        name = f"eosbatch_test_{uuid4().hex[:8]}"
+        made.append(name)
+        sys.modules[name] = ModuleType(name)
+        vars(sys.modules[name]).update(globals_)
+        return name
+
+    yield module
+    for name in made:
+        sys.modules.pop(name, None)
+
+
+def test_building_or_replacing_a_pipeline_registers_nothing() -> None:
+    built = Pipeline(unique(), KafkaSource(["orders"]), lambda df: df, PostgresSink("totals", key=["id"]))
+    renamed = dataclasses.replace(built, name=unique())
+    assert built.name not in registry.load([]) and renamed.name not in registry.load([])
+    registry.register(built)
+    dataclasses.replace(built, sink=PostgresSink("other", key=["id"]))  # the same name: once re-registered
+    assert registry.load([])[built.name] is built
+
+
+def test_a_module_s_globals_and_its_pipelines_list_are_found(modules: Callable[..., str]) -> None:
+    looped = [Pipeline(unique(), KafkaSource([f"topic_{i}"]), lambda df: df, PostgresSink("t", key=["id"]))
+              for i in range(3)]
+    single = Pipeline(unique(), KafkaSource(["orders"]), lambda df: df, PostgresSink("t", key=["id"]))
+    name = modules(single=single, PIPELINES=looped, helper=lambda: None, NOT_PIPELINES=[1, "x"])
+    assert {p.name: p for p in [single, *looped]}.items() <= registry.load([name]).items()
+    assert registry.load([modules(PIPELINES=tuple(looped))])[looped[0].name] is looped[0]  # a tuple too
+
+
+def test_one_pipeline_imported_by_two_modules_is_one_pipeline(modules: Callable[..., str]) -> None:
+    shared = Pipeline(unique(), KafkaSource(["orders"]), lambda df: df, PostgresSink("t", key=["id"]))
+    first, second = modules(shared=shared), modules(imported=shared, PIPELINES=[shared])
+    assert registry.load([first, second])[shared.name] is shared
+
+
+def test_two_pipelines_with_one_name_in_two_modules_are_refused(modules: Callable[..., str]) -> None:
+    name = unique()
+    first = modules(p=Pipeline(name, KafkaSource(["orders"]), lambda df: df, PostgresSink("t", key=["id"])))
+    second = modules(p=Pipeline(name, KafkaSource(["orders"]), lambda df: df, PostgresSink("u", key=["id"])))
+    error = refused(lambda: registry.load([first, second]), "name")
+    assert f"pipeline {name!r} is defined twice ({first} and {second})" in str(error)
+    same = modules(a=Pipeline(name, KafkaSource(["a"]), lambda df: df, PostgresSink("t", key=["id"])),
+                   PIPELINES=[Pipeline(name, KafkaSource(["b"]), lambda df: df, PostgresSink("t", key=["id"]))])
+    refused(lambda: registry.load([same]), "name")  # two objects in one module too
+
+
 def test_load_of_a_missing_module_names_the_variable() -> None:
     error = refused(lambda: registry.load(["eosbatch_no_such_module_here"]), PIPELINES)
     assert "eosbatch_no_such_module_here" in str(error)
@@ -241,7 +299,7 @@ def test_value_schema_fields_may_not_collide_with_kafka_columns(field):
 
 def test_keys_compare_alike_only_with_every_column_of_the_same_type_and_collation() -> None:
     """The plain INSERT into an empty sink relies on staging's keys being the sink's: one row per key in the
-    batch is then one row per key in the sink's unique index (sinks._insert_pays)."""
+    batch is then one row per key in the sink's unique index (sinks.insert_pays)."""
     text, c_text = KeyColumn("text", 100, False), KeyColumn("text", 950, True)
     number = KeyColumn("integer", 0, False)
     both = {"k": text, "n": number}
