@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from eosbatch.exceptions import ConfigError
-from eosbatch.kafka.spark_options import Unsupported, reader_options
+from eosbatch.spark_kafka_options import Unsupported, reader_options
 
 DATABASE_URL = "EOSBATCH_DATABASE_URL"
 KAFKA_BOOTSTRAP = "EOSBATCH_KAFKA_BOOTSTRAP"

@@ -20,7 +20,7 @@ from typing import Any
 from eosbatch import config, registry
 from eosbatch.engine.errors import map_spark_error
 from eosbatch.engine.exceptions import EngineUnavailable
-from eosbatch.kafka.spark_options import REDACTION_REGEX
+from eosbatch.spark_kafka_options import REDACTION_REGEX
 
 _lock = threading.Lock()
 _sessions: dict[str, Any] = {}  # one session per server URL, kept for the further batches of this process

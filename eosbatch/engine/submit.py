@@ -18,8 +18,8 @@ from eosbatch import config, faults, registry
 from eosbatch.engine.exceptions import SparkJobFailed
 from eosbatch.engine.log4j import LEVELS, TO_STDERR, roll_over
 from eosbatch.exceptions import EosbatchError, Fenced, TerminalError, TransientError
-from eosbatch.kafka.spark_options import REDACTION_REGEX
 from eosbatch.spark.entry import EXIT_FENCED, EXIT_TERMINAL, RESULT_FILE
+from eosbatch.spark_kafka_options import REDACTION_REGEX
 
 CONNECT_MODE = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
 APPS = Path(__file__).resolve().parents[2] / "spark_apps"

@@ -7,9 +7,9 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from eosbatch.config import Settings
-from eosbatch.kafka.spark_options import reader_options
 from eosbatch.pipeline import KafkaSource
 from eosbatch.protocol.ranges import OffsetRange
+from eosbatch.spark_kafka_options import reader_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -50,7 +50,7 @@ FETCH_MAX_WAIT_MS = "5"
 
 def read_ranges(spark: SparkSession, settings: Settings, ranges: list[OffsetRange], pipeline: str) -> DataFrame:
     """The ranges' records, read_committed, with the security settings every other client uses (the JAAS
-    line is redacted from plans: spark_options.REDACTION_REGEX)."""
+    line is redacted from plans: spark_kafka_options.REDACTION_REGEX)."""
     assign, starts, ends = offsets_json(ranges)
     return (spark.read.format("kafka")
             .options(**reader_options(settings.kafka_config))

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from eosbatch.engine.log4j import LEVELS, LOG_FILES, LOG_MIB, TO_STDERR, to_file
-from eosbatch.kafka.spark_options import REDACTION_REGEX
+from eosbatch.spark_kafka_options import REDACTION_REGEX
 from eosbatch.stack import processes
 from eosbatch.stack.exceptions import StackError, StackNotReady
 

@@ -26,12 +26,14 @@ def check_conf(dag, conf: dict) -> None:
 
 @pytest.fixture(scope="module")
 def dagbag(airflow_db):  # DagBag reads airflow.cfg, whose metadata database must exist
+    """The DAG file parsed with the example pipelines' module named, as on a DAG processor; the module stays
+    named while this file's tests run, since the registry finds pipelines in the modules named."""
     from airflow.dag_processing.dagbag import DagBag
 
     before = os.environ.get("EOSBATCH_PIPELINES")
     os.environ["EOSBATCH_PIPELINES"] = "examples.orders.pipeline"
     try:
-        return DagBag(dag_folder=str(DAG_FILE))
+        yield DagBag(dag_folder=str(DAG_FILE))
     finally:
         if before is None:
             os.environ.pop("EOSBATCH_PIPELINES")

@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from eosbatch.kafka.errors import missing_acl
-from eosbatch.kafka.spark_options import Unsupported, reader_options
+from eosbatch.spark_kafka_options import Unsupported, reader_options
 
 pytestmark = pytest.mark.unit
 
