@@ -140,7 +140,7 @@ def run(settings: config.Settings, where: str, work: Any, *args: Any) -> Any:
     try:
         return work(spark, *args)
     except Exception as exc:  # noqa: BLE001 - mapped at the boundary
-        error = map_spark_error(exc, where)
+        error = map_spark_error(exc, where, settings.database_url)
         if isinstance(error, EngineUnavailable):
             forget(settings)
         if error is exc:

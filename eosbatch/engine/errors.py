@@ -3,8 +3,6 @@ where they enter, by class name, so that the mapping needs no Spark import (pure
 
 from __future__ import annotations
 
-import os
-
 from eosbatch.engine.exceptions import EngineUnavailable, SparkJobFailed, TransformError
 from eosbatch.exceptions import EosbatchError
 
@@ -31,12 +29,13 @@ def _names(exc: BaseException) -> set[str]:
     return {cls.__name__ for cls in type(exc).__mro__}
 
 
-def map_spark_error(exc: BaseException, where: str) -> EosbatchError:
-    """The eosbatch error for an exception that came out of Spark while running `where`."""
+def map_spark_error(exc: BaseException, where: str, database_url: str = "") -> EosbatchError:
+    """The eosbatch error for an exception that came out of Spark while running `where`; `database_url`
+    names the ledger's database in a PostgreSQL error (redacted)."""
     if isinstance(exc, EosbatchError):
         return exc
     if type(exc).__module__.partition(".")[0] == "psycopg2":  # the driver's own ledger or sink statement
-        return _postgres_error(exc)
+        return _postgres_error(exc, database_url)
     names, line = _names(exc), first_line(exc)
     if names & _TERMINAL:
         return TransformError(f"{where}: {type(exc).__name__}: {line}")
@@ -45,7 +44,7 @@ def map_spark_error(exc: BaseException, where: str) -> EosbatchError:
     return SparkJobFailed(f"{where}: {type(exc).__name__}: {line}")
 
 
-def _postgres_error(exc: BaseException) -> EosbatchError:
+def _postgres_error(exc: BaseException, database_url: str) -> EosbatchError:
     """A psycopg2 error the driver's code left to its caller: the database unreachable or refusing (as the
     ledger maps it), else a statement PostgreSQL refuses (a sink table that cannot take the columns), which
     refuses it again on a retry."""
@@ -53,5 +52,5 @@ def _postgres_error(exc: BaseException) -> EosbatchError:
     from eosbatch.exceptions import TerminalError
     from eosbatch.ledger.errors import to_eosbatch
 
-    where = config.redact(os.environ.get(config.DATABASE_URL, "") or "the ledger's database")
+    where = config.redact(database_url) if database_url else "the ledger's database"
     return to_eosbatch(exc, where) or TerminalError(f"PostgreSQL at {where}: {first_line(exc)}")

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from eosbatch import config
 from eosbatch.engine.errors import map_spark_error
 from eosbatch.exceptions import Fenced, TerminalError
 
@@ -34,7 +35,8 @@ def main(work: Callable[..., object], usage: str, arity: int) -> int:
     try:
         value = work(*args)
     except Exception as exc:  # noqa: BLE001 - every failure leaves as one line and an exit code
-        error = map_spark_error(exc, usage.split()[0])
+        # The driver's settings came through its environment (engine/submit.py): that is its edge.
+        error = map_spark_error(exc, usage.split()[0], os.environ.get(config.DATABASE_URL, ""))
         kind, code = (("fenced", EXIT_FENCED) if isinstance(error, Fenced) else
                       ("terminal", EXIT_TERMINAL) if isinstance(error, TerminalError) else
                       ("transient", EXIT_TRANSIENT))

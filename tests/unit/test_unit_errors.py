@@ -223,7 +223,7 @@ def test_spark_errors_map_to_terminal_and_transient_by_kind() -> None:
     assert map_spark_error(ours, "p") is ours
 
 
-def test_a_driver_s_psycopg2_error_is_mapped_as_the_ledger_maps_it_else_terminal(monkeypatch) -> None:
+def test_a_driver_s_psycopg2_error_is_mapped_as_the_ledger_maps_it_else_terminal() -> None:
     """The driver's own statements (the sink and staging tables) meet PostgreSQL directly: a refused
     statement fails the same way again, so it is terminal, not the transient SparkJobFailed."""
     import psycopg2
@@ -232,8 +232,8 @@ def test_a_driver_s_psycopg2_error_is_mapped_as_the_ledger_maps_it_else_terminal
     from eosbatch.engine.errors import map_spark_error
     from eosbatch.ledger.exceptions import LedgerUnavailable
 
-    monkeypatch.setenv("EOSBATCH_DATABASE_URL", "postgresql+psycopg2://eos:secret@db:5432/x")
-    refused = map_spark_error(psycopg2.errors.DuplicateColumn('column "n" of relation "t" already exists'), "p")
+    url = "postgresql+psycopg2://eos:secret@db:5432/x"
+    refused = map_spark_error(psycopg2.errors.DuplicateColumn('column "n" of relation "t" already exists'), "p", url)
     assert type(refused) is TerminalError and 'column "n"' in str(refused) and "secret" not in str(refused)
     assert isinstance(map_spark_error(psycopg2.OperationalError("server closed the connection"), "p"),
                       LedgerUnavailable)
