@@ -1,5 +1,6 @@
-"""The `eosbatch` command: argument parsing and printing over eosbatch.commands, and the exit code of each
-error kind (with a net for a client library's error that escaped the mapping at its boundary)."""
+"""The `eosbatch` command: printing over eosbatch.commands (the arguments are eosbatch.cli_parser's), asking
+before a destructive command, and the exit code of each error kind (with a net for a client library's error
+that escaped the mapping at its boundary)."""
 
 from __future__ import annotations
 
@@ -9,95 +10,11 @@ import os
 import shlex
 import sys
 
-from eosbatch import commands
+from eosbatch import cli_parser, commands, confirm
+from eosbatch.cli_parser import EXIT_FENCED, EXIT_TERMINAL, EXIT_TRANSIENT, EXIT_USAGE, EXIT_VIOLATION
 from eosbatch.exceptions import EosbatchError, Fenced, TerminalError
 
-# 1: `verify` found a violation; 2: terminal (retrying cannot help); 3: transient (retry);
-# 4: fenced (another runner owns the pipeline or the batch now and finishes it; this one changed nothing).
-EXIT_VIOLATION, EXIT_TERMINAL, EXIT_TRANSIENT, EXIT_FENCED = 1, 2, 3, 4
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="eosbatch", description="Exactly-once batches of Kafka data.",
-        epilog="exit codes: 0 done, 1 verify found a violation, 2 terminal error (retrying cannot help), "
-               "3 transient error (retry), 4 fenced (another runner owns the pipeline or batch now)")
-    sub = parser.add_subparsers(dest="command", required=True)
-    stack_cmd = sub.add_parser("stack", help="the embedded local Kafka + PostgreSQL + Spark Connect server")
-    stack_cmd.add_argument("action", choices=["up", "down", "status", "env"])
-    stack_cmd.add_argument("--spark-cluster", action=argparse.BooleanOptionalAction, default=None,
-                           help="up: also a Spark standalone master, two workers and a Connect server on them; "
-                                "up and env: export that server as EOSBATCH_SPARK_REMOTE "
-                                "(default: EOSBATCH_SPARK_CLUSTER)")
-    db = sub.add_parser("db", help="the ledger schema (Alembic)")
-    db.add_argument("action", choices=["upgrade", "downgrade", "current"])
-    db.add_argument("revision", nargs="?", default=None)
-    run = sub.add_parser("run", help="run batches of a pipeline")
-    run.add_argument("pipeline")
-    run.add_argument("--max-batches", type=int, default=None)
-    run.add_argument("--until-caught-up", action="store_true", help="the default when --max-batches is absent")
-    run.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
-                     help="process batch N+1 while N commits and N-1 publishes (default: EOSBATCH_OVERLAP)")
-    status = sub.add_parser("status", help="batches, offsets and lag of a pipeline")
-    status.add_argument("pipeline")
-    status.add_argument("--json", action="store_true")
-    backfill = sub.add_parser("backfill", help="process history: fill the holes in offset ranges, or reprocess",
-                              description="Runs backfill batches over the holes of the requested ranges (fill), or "
-                                          "re-runs their committed parts into an idempotent sink (reprocess).")
-    backfill.add_argument("pipeline")
-    backfill.add_argument("--range", dest="ranges", action="append", metavar="TOPIC:PARTITION:START-END",
-                          help="an offset range, END exclusive; repeat for more")
-    backfill.add_argument("--from", dest="time_from", metavar="TIME", help="ISO 8601 time (UTC unless zoned)")
-    backfill.add_argument("--to", dest="time_to", metavar="TIME")
-    backfill.add_argument("--mode", choices=["fill", "reprocess"], default="fill")
-    backfill.add_argument("--publish", action=argparse.BooleanOptionalAction, default=None,
-                          help="publish the output (default: yes for fill, no for reprocess)")
-    backfill.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
-    replay = sub.add_parser("replay", help="replay a failed batch (or publish a committed one)")
-    replay.add_argument("pipeline")
-    replay.add_argument("batch_id", type=int)
-    ranges = sub.add_parser("ranges", help="committed coverage per partition, and the holes")
-    ranges.add_argument("pipeline")
-    ranges.add_argument("--json", action="store_true")
-    verify = sub.add_parser("verify", help="audit a pipeline from the outside: coverage, output, sink, dead letters",
-                            description="Exit 0 when every check holds, 1 on a violation.")
-    verify.add_argument("pipeline")
-    verify.add_argument("--batch", type=int, metavar="N", dest="batch_id",
-                        help="only the cheap check of batch N: ranges, dead letters, its output records")
-    verify.add_argument("--no-recompute", action="store_true",
-                        help="skip recomputing the sink from the committed input (the check that runs Spark)")
-    publish = sub.add_parser("publish", help="settle a committed batch whose marker expired (the operator decides)")
-    publish.add_argument("pipeline")
-    publish.add_argument("batch_id", type=int)
-    how = publish.add_mutually_exclusive_group(required=True)
-    how.add_argument("--published", action="store_true",
-                     help="its records are in the output topic (header eosbatch.batch): finalize, produce nothing")
-    how.add_argument("--republish", action="store_true", help="they are not: publish the batch's outbox now")
-    reset = sub.add_parser("reset", help="after a source change: move partitions or accept a recreated topic",
-                           description="Recorded in the ledger: skipped offsets become declared gaps; a recreated "
-                                       "topic (new topic ID) starts a new incarnation. Never done automatically.")
-    reset.add_argument("pipeline")
-    where = reset.add_mutually_exclusive_group(required=True)
-    where.add_argument("--partition", dest="partitions", action="append", metavar="TOPIC:PARTITION",
-                       help="a partition to move; repeat for more")
-    where.add_argument("--topic", help="accept the topic's new topic ID (deleted and recreated)")
-    reset.add_argument("--to", required=True, metavar="OFFSET|earliest|latest",
-                       help="the new next offset (--topic: earliest or latest)")
-    reset.add_argument("--reason", help="why, recorded with the reset")
-    compact = sub.add_parser("compact", help="bound the ledger: merge old published batches' committed ranges")
-    compact.add_argument("pipeline")
-    compact.add_argument("--older-than-days", type=float, default=None,
-                         help="published batches committed longer ago than this (default: "
-                              "EOSBATCH_COMPACT_AFTER_DAYS, 7)")
-    abort = sub.add_parser("abort", help="abort a pipeline's unfinished (uncommitted) batches")
-    abort.add_argument("pipeline")
-    abort.add_argument("batch_id", nargs="?", type=int)
-    # ---- airflow: a local Airflow on the stack (eosbatch.orchestration.local)
-    airflow_cmd = sub.add_parser("airflow", help="a local Airflow (API server, scheduler, DAG processor)")
-    airflow_cmd.add_argument("action", choices=["up", "down", "status"])
-    # ---- end airflow
-    return parser
-
+__all__ = ["EXIT_FENCED", "EXIT_TERMINAL", "EXIT_TRANSIENT", "EXIT_USAGE", "EXIT_VIOLATION", "main"]
 
 def _airflow(action: str) -> None:
     if action == "up":  # progress on stderr, the exports on stdout: eval "$(eosbatch airflow up)"
@@ -161,99 +78,11 @@ def _print_ranges(report: list) -> None:  # type: ignore[type-arg]
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = cli_parser.parser().parse_args(argv)
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # pipeline modules import from the current folder, as with `python -m`
     try:
-        if args.command == "stack":
-            if args.action == "up":
-                # Progress on stderr: stdout carries only the exports, for `eval "$(eosbatch stack up)"`.
-                info = commands.stack_up(log=lambda line: print(line, file=sys.stderr),
-                                         spark_cluster=args.spark_cluster)
-                for key, value in info.env().items():
-                    print(f"export {key}={shlex.quote(value)}")
-            elif args.action == "down":
-                commands.stack_down()
-            elif args.action == "env":
-                for key, value in commands.stack_env(args.spark_cluster).items():
-                    print(f"export {key}={shlex.quote(value)}")
-            else:
-                info = commands.stack_status(args.spark_cluster)
-                print(f"home:     {info.home}")
-                print(f"kafka:    {info.kafka_bootstrap} pid={info.kafka_pid or 'stopped'} "
-                      f"version={info.versions['kafka']}")
-                print(f"postgres: {info.database_url} pid={info.postgres_pid or 'stopped'} "
-                      f"version={info.versions['postgres']}")
-                print(f"spark:    {info.spark_remote} pid={info.spark_connect_pid or 'stopped'} "
-                      f"supervisor={info.spark_connect_supervisor_pid or 'none'} "
-                      f"(Spark Connect, pyspark {info.versions['pyspark']})")
-                if info.spark_cluster is not None:
-                    _print_cluster(info)
-        elif args.command == "db":
-            if args.action == "upgrade":
-                print(f"ledger at revision {commands.db_upgrade(args.revision or 'head')}")
-            elif args.action == "downgrade":
-                print(f"ledger at revision {commands.db_downgrade(args.revision or 'base')}")
-            else:
-                print(commands.db_current())
-        elif args.command == "run":
-            summary = commands.run(args.pipeline, args.max_batches, overlap=args.overlap)
-            print(f"{summary.batches} batches: {summary.records_read} records read, {summary.sink_rows} sink rows, "
-                  f"{summary.dead_letters} dead letters, {summary.published} records published")
-        elif args.command == "status":
-            report = commands.status(args.pipeline)
-            print(json.dumps(report, indent=2)) if args.json else _print_status(report)
-        elif args.command == "backfill":
-            from eosbatch.backfill import describe
-            from eosbatch.progress import Progress
-
-            bar = Progress(0)
-            backfilled = commands.backfill(args.pipeline, args.ranges, args.time_from, args.time_to, args.mode,
-                                       args.publish, args.dry_run, log=bar.log, progress=bar)
-            if args.dry_run:
-                print("dry run: nothing changed")
-                for line in describe(backfilled.plan):
-                    print(line)
-            else:
-                print(f"{backfilled.batches} batches: {backfilled.records} records read, {backfilled.sink_rows} sink "
-                      f"rows, {backfilled.dead_letters} dead letters, {backfilled.published} records published")
-        elif args.command == "replay":
-            outcome = commands.replay(args.pipeline, args.batch_id, log=print)
-            print(f"{outcome.action}" + (f": batch(es) {', '.join(map(str, outcome.batches))}"
-                                         if outcome.batches else ""))
-        elif args.command == "ranges":
-            coverage = commands.ranges(args.pipeline)
-            if args.json:
-                print(json.dumps([{"partition": str(p.partition), "log_start": p.log_start,
-                                   "last_stable_offset": p.last_stable, "next_offset": p.next_offset,
-                                   "committed": [str(r) for r in p.committed], "holes": [str(r) for r in p.holes],
-                                   "in_flight": [str(r) for r in p.in_flight], "incarnation": p.incarnation,
-                                   "declared": [str(r) for r in p.declared]} for p in coverage], indent=2))
-            else:
-                _print_ranges(coverage)
-        elif args.command == "airflow":
-            _airflow(args.action)
-        elif args.command == "verify":
-            audit = commands.verify(args.pipeline, recompute=not args.no_recompute,
-                                    log=lambda line: print(line, file=sys.stderr), batch_id=args.batch_id)
-            for finding in audit.findings:
-                print(finding.line())
-            print(f"{audit.pipeline}: {'exactly-once holds' if audit.ok else 'VIOLATION'}")
-            return 0 if audit.ok else EXIT_VIOLATION
-        elif args.command == "publish":
-            settled = commands.settle_publish(args.pipeline, args.batch_id, republish=args.republish, log=print)
-            print(f"batch {settled.id}: {settled.state}")
-        elif args.command == "reset":
-            moved = commands.reset(args.pipeline, args.partitions, args.topic, args.to, args.reason, log=print)
-            print(f"{len(moved)} partition(s) reset")
-        elif args.command == "compact":
-            done = commands.compact(args.pipeline, args.older_than_days)
-            print(f"{args.pipeline}: {done.batches} published batches compacted; committed ranges "
-                  f"{done.committed_before} -> {done.committed_after} rows, {done.batch_ranges_deleted} batch "
-                  "ranges deleted")
-        elif args.command == "abort":
-            aborted = commands.abort(args.pipeline, args.batch_id, log=print)
-            print(f"aborted {len(aborted)} batch(es)")
+        return _command(args)
     except EosbatchError as exc:
         return _fail(exc)
     except Exception as exc:
@@ -261,7 +90,204 @@ def main(argv: list[str] | None = None) -> int:
         if mapped is None:
             raise  # a bug: its traceback is the useful output
         return _fail(mapped)
+
+
+def _command(args: argparse.Namespace) -> int:
+    """Run the parsed command; its exit code."""
+    as_json = getattr(args, "json", False)
+    log = _to_stderr if as_json else print  # with --json, stdout holds the one JSON document only
+    if args.command == "stack":
+        _stack(args)
+    elif args.command == "db":
+        return _db(args)
+    elif args.command == "run":
+        summary = commands.run(args.pipeline, args.max_batches, log=log, overlap=args.overlap)
+        if as_json:
+            _print_json({"pipeline": args.pipeline, **summary._asdict()})
+        else:
+            print(f"{summary.batches} batches: {summary.records_read} records read, {summary.sink_rows} sink rows, "
+                  f"{summary.dead_letters} dead letters, {summary.published} records published")
+    elif args.command == "status":
+        report = commands.status(args.pipeline)
+        _print_json(report) if as_json else _print_status(report)
+    elif args.command == "backfill":
+        _backfill(args)
+    elif args.command == "replay":
+        outcome = commands.replay(args.pipeline, args.batch_id, log=log)
+        if as_json:
+            _print_json({"pipeline": args.pipeline, "batch_id": args.batch_id, "action": outcome.action,
+                         "message": outcome.message, "batches": list(outcome.batches)})
+        else:
+            print(f"{outcome.action}" + (f": batch(es) {', '.join(map(str, outcome.batches))}"
+                                         if outcome.batches else ""))
+    elif args.command == "ranges":
+        coverage = commands.ranges(args.pipeline)
+        if as_json:
+            _print_json([{"partition": str(p.partition), "log_start": p.log_start,
+                          "last_stable_offset": p.last_stable, "next_offset": p.next_offset,
+                          "committed": [str(r) for r in p.committed], "holes": [str(r) for r in p.holes],
+                          "in_flight": [str(r) for r in p.in_flight], "incarnation": p.incarnation,
+                          "declared": [str(r) for r in p.declared]} for p in coverage])
+        else:
+            _print_ranges(coverage)
+    elif args.command == "airflow":
+        _airflow(args.action)
+    elif args.command == "verify":
+        audit = commands.verify(args.pipeline, recompute=not args.no_recompute, log=_to_stderr,
+                                batch_id=args.batch_id)
+        if as_json:
+            _print_json({"pipeline": audit.pipeline, "ok": audit.ok,
+                         "findings": [f._asdict() for f in audit.findings]})
+        else:
+            for finding in audit.findings:
+                print(finding.line())
+            print(f"{audit.pipeline}: {'exactly-once holds' if audit.ok else 'VIOLATION'}")
+        return 0 if audit.ok else EXIT_VIOLATION
+    elif args.command == "publish":
+        settled = commands.settle_publish(args.pipeline, args.batch_id, republish=args.republish, log=print)
+        print(f"batch {settled.id}: {settled.state}")
+    elif args.command == "reset":
+        return _reset(args)
+    elif args.command == "compact":
+        done = commands.compact(args.pipeline, args.older_than_days)
+        print(f"{args.pipeline}: {done.batches} published batches compacted; committed ranges "
+              f"{done.committed_before} -> {done.committed_after} rows, {done.batch_ranges_deleted} batch "
+              "ranges deleted")
+    elif args.command == "abort":
+        aborted = commands.abort(args.pipeline, args.batch_id, log=print, dry_run=args.dry_run)
+        print(f"dry run: nothing changed; {len(aborted)} batch(es) would be aborted" if args.dry_run
+              else f"aborted {len(aborted)} batch(es)")
     return 0
+
+
+def _stack(args: argparse.Namespace) -> None:
+    if args.action == "up":
+        # Progress on stderr: stdout carries only the exports, for `eval "$(eosbatch stack up)"`.
+        info = commands.stack_up(log=_to_stderr, spark_cluster=args.spark_cluster)
+        for key, value in info.env().items():
+            print(f"export {key}={shlex.quote(value)}")
+    elif args.action == "down":
+        commands.stack_down()
+    elif args.action == "env":
+        for key, value in commands.stack_env(args.spark_cluster).items():
+            print(f"export {key}={shlex.quote(value)}")
+    elif args.json:
+        _print_json(_stack_json(commands.stack_status(args.spark_cluster)))
+    else:
+        info = commands.stack_status(args.spark_cluster)
+        print(f"home:     {info.home}")
+        print(f"kafka:    {info.kafka_bootstrap} pid={info.kafka_pid or 'stopped'} "
+              f"version={info.versions['kafka']}")
+        print(f"postgres: {info.database_url} pid={info.postgres_pid or 'stopped'} "
+              f"version={info.versions['postgres']}")
+        print(f"spark:    {info.spark_remote} pid={info.spark_connect_pid or 'stopped'} "
+              f"supervisor={info.spark_connect_supervisor_pid or 'none'} "
+              f"(Spark Connect, pyspark {info.versions['pyspark']})")
+        if info.spark_cluster is not None:
+            _print_cluster(info)
+
+
+def _stack_json(info: commands.StackInfo) -> dict:  # type: ignore[type-arg]
+    cluster = info.spark_cluster
+    return {"home": str(info.home),
+            "kafka": {"bootstrap": info.kafka_bootstrap, "pid": info.kafka_pid, "version": info.versions["kafka"]},
+            "postgres": {"url": info.database_url, "pid": info.postgres_pid, "version": info.versions["postgres"]},
+            "spark": {"remote": info.spark_remote, "pid": info.spark_connect_pid,
+                      "supervisor_pid": info.spark_connect_supervisor_pid, "pyspark": info.versions["pyspark"]},
+            "spark_cluster": None if cluster is None else {
+                "master_url": cluster.master_url, "master_pid": cluster.master_pid, "web_ui": cluster.web_ui,
+                "worker_pids": list(cluster.worker_pids), "alive_workers": cluster.alive_workers,
+                "connect_remote": info.spark_cluster_remote, "connect_pid": info.spark_cluster_connect_pid}}
+
+
+def _db(args: argparse.Namespace) -> int:
+    if args.action == "upgrade":
+        print(f"ledger at revision {commands.db_upgrade(args.revision)}")
+    elif args.action == "downgrade":
+        deletes = commands.db_downgrade_deletes(args.revision)
+        if deletes is not None:
+            why = _refusal(f"downgrading the ledger to base deletes {deletes}", args.yes)
+            if why is not None:
+                return _refuse(why)
+        print(f"ledger at revision {commands.db_downgrade(args.revision)}")
+    else:
+        print(commands.db_current())
+    return 0
+
+
+def _backfill(args: argparse.Namespace) -> None:
+    from eosbatch.backfill import describe
+    from eosbatch.progress import Progress
+
+    bar = Progress(0)
+    backfilled = commands.backfill(args.pipeline, args.ranges, args.time_from, args.time_to, args.mode,
+                                   args.publish, args.dry_run, log=_to_stderr if args.json else bar.log,
+                                   progress=bar)
+    if args.json:
+        plan = backfilled.plan
+        _print_json({"pipeline": args.pipeline, "dry_run": backfilled.dry_run, "mode": plan.mode,
+                     "plan": {"requested": [str(r) for r in plan.requested],
+                              "skipped": [str(r) for r in plan.skipped],
+                              "in_flight": [str(r) for r in plan.in_flight],
+                              "regular": [str(r) for r in plan.regular],
+                              "batches": [[str(r) for r in batch] for batch in plan.batches],
+                              "offsets": plan.offsets},
+                     **({} if backfilled.dry_run else
+                        {"batches": backfilled.batches, "records_read": backfilled.records,
+                         "sink_rows": backfilled.sink_rows, "dead_letters": backfilled.dead_letters,
+                         "published": backfilled.published})})
+    elif args.dry_run:
+        print("dry run: nothing changed")
+        for line in describe(backfilled.plan):
+            print(line)
+    else:
+        print(f"{backfilled.batches} batches: {backfilled.records} records read, {backfilled.sink_rows} sink "
+              f"rows, {backfilled.dead_letters} dead letters, {backfilled.published} records published")
+
+
+def _reset(args: argparse.Namespace) -> int:
+    """A dry run prints the moves. A real one asks first (on a terminal: after printing the moves a dry run
+    finds), unless --yes."""
+    def moves(dry_run: bool) -> list:  # type: ignore[type-arg]
+        return commands.reset(args.pipeline, args.partitions, args.topic, args.to, args.reason, log=print,
+                              dry_run=dry_run)
+
+    if args.dry_run:
+        print(f"dry run: nothing changed; {len(moves(True))} partition(s) would be reset")
+        return 0
+    if not args.yes:
+        where = ", ".join(args.partitions) if args.partitions else f"topic {args.topic}"
+        consequence = (f"reset of pipeline {args.pipeline} moves {where} to {args.to}: the offsets it skips are "
+                       "never read, and its unfinished batches are aborted first")
+        if _interactive():
+            planned = moves(True)
+            consequence += f" ({'; '.join(map(str, planned)) or 'no partition moves'})"
+        why = _refusal(consequence, yes=False)
+        if why is not None:
+            return _refuse(why)
+    print(f"{len(moves(False))} partition(s) reset")
+    return 0
+
+
+def _interactive() -> bool:
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+def _refusal(consequence: str, yes: bool) -> str | None:
+    return confirm.refusal(consequence, yes, _interactive(), input)
+
+
+def _refuse(why: str) -> int:
+    print(f"eosbatch: not done: {why}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def _print_json(document: object) -> None:
+    print(json.dumps(document, indent=2))
 
 
 def _fail(exc: EosbatchError) -> int:

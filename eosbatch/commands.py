@@ -12,6 +12,7 @@ from eosbatch.exceptions import ConfigError
 from eosbatch.kafka import offsets
 from eosbatch.ledger import cleanup, lanes, migrate, positions, store
 from eosbatch.protocol import sources
+from eosbatch.protocol.recovery import recovery_action
 
 if TYPE_CHECKING:
     from eosbatch.stack import StackInfo
@@ -75,6 +76,15 @@ def db_upgrade(revision: str = "head") -> str | None:
     return migrate.current(url)
 
 
+def db_downgrade_deletes(revision: str) -> str | None:
+    """What downgrading the ledger to `revision` deletes, when that is users' data (to base: the whole
+    schema); None when a downgrade to it keeps them."""
+    if revision != "base":
+        return None
+    return (f"the schema eosbatch in {config.redact(config.load().database_url)}: every pipeline's batches, "
+            "offsets, committed ranges, resets, outbox and dead letters")
+
+
 def db_downgrade(revision: str) -> str | None:
     url = config.load().database_url
     migrate.downgrade(url, revision)
@@ -130,9 +140,10 @@ def compact(pipeline: str, older_than_days: float | None = None) -> cleanup.Comp
         return cleanup.compact(cur, name, older_than_days)
 
 
-def abort(pipeline: str, batch_id: int | None = None, log: Log = print) -> list[int]:
-    """Abort the batch, or every unfinished batch of the pipeline; a committed one is never aborted."""
-    return steps.abort(context(pipeline, log), batch_id, reason="aborted by eosbatch abort")
+def abort(pipeline: str, batch_id: int | None = None, log: Log = print, dry_run: bool = False) -> list[int]:
+    """Abort the batch, or every unfinished batch of the pipeline; a committed one is never aborted.
+    `dry_run`: the batches that would be aborted, and nothing changed."""
+    return steps.abort(context(pipeline, log), batch_id, reason="aborted by eosbatch abort", dry_run=dry_run)
 
 
 def ranges(pipeline: str) -> list[history.PartitionCoverage]:
@@ -179,12 +190,15 @@ def status(pipeline_name: str, limit: int = 10) -> dict[str, Any]:
 
 
 def reset(pipeline_name: str, partitions: list[str] | None = None, topic: str | None = None, to: str = "",
-          reason: str | None = None, log: Log = print) -> list[sources.Reset]:
+          reason: str | None = None, log: Log = print, dry_run: bool = False) -> list[sources.Reset]:
     """The operator's way on after a source change: move partitions (`--partition orders:0 --to 1200`) or
     accept a recreated topic (`--topic orders --to earliest`), recorded in the ledger with what was skipped.
 
     It takes both lanes first (their epochs go up, unfinished batches are aborted, committed ones published),
-    so no runner can commit ranges planned before the reset; then one transaction decides and records."""
+    so no runner can commit ranges planned before the reset; then one transaction decides and records.
+
+    `dry_run`: no lane is taken (the batches recovery would abort or publish are logged), and the same
+    transaction decides and records the moves, then rolls back; the moves it returns are the ones it found."""
     from eosbatch.exceptions import ConfigError
     from eosbatch.ledger.exceptions import StaleEpoch
 
@@ -199,14 +213,20 @@ def reset(pipeline_name: str, partitions: list[str] | None = None, topic: str | 
             raise ConfigError("reset", f"{name!r} is not a source topic of {pipeline.name} "
                                        f"({', '.join(pipeline.source.topics)})")
     why = reason or "eosbatch reset"
+    would = "would be " if dry_run else ""
     ctx = Context(settings, pipeline, log)
-    epochs = {lane: steps.recover(ctx, lane) for lane in ("regular", "backfill")}
+    epochs = {} if dry_run else {lane: steps.recover(ctx, lane) for lane in ("regular", "backfill")}
     topic_ids, bounds = offsets.source_state(settings, pipeline.source.topics)
     done: list[sources.Reset] = []
-    with store.transaction(settings) as cur:
+    with store.transaction(settings, dry_run=dry_run) as cur:
         for lane, epoch in epochs.items():
             lanes.hold_lane(cur, pipeline.name, lane, epoch)  # type: ignore[arg-type]
-        if busy := store.open_batches(cur, pipeline.name):
+        busy = store.open_batches(cur, pipeline.name)
+        if dry_run:
+            for batch in busy:
+                log(f"batch {batch.id}: {batch.state}, would be "
+                    f"{'aborted' if recovery_action(batch.state) == 'abort' else 'published'} by the reset's recovery")
+        elif busy:
             raise StaleEpoch(f"pipeline {pipeline.name}: batches {[b.id for b in busy]} are unfinished after "
                              "recovery (a runner is working); run the reset again when they are done")
         if topic:
@@ -215,10 +235,10 @@ def reset(pipeline_name: str, partitions: list[str] | None = None, topic: str | 
                                               bounds, target)
             positions.apply_topic_reset(cur, pipeline.name, change, why)
             done.extend(change.resets)
-            log(f"{pipeline.name}: topic {topic} read as topic ID {change.topic_id}, incarnation "
+            log(f"{pipeline.name}: topic {topic} {would}read as topic ID {change.topic_id}, incarnation "
                 f"{change.incarnation}, from {', '.join(f'{tp} {n}' for tp, n in change.starts.items())}")
             for tp in change.dropped:
-                log(f"{tp}: not in the new topic; no longer read")
+                log(f"{tp}: not in the new topic; {would}no longer read")
         for tp in wanted:
             where = positions.incarnations(cur, pipeline.name, lock=True)
             step = sources.plan_partition_reset(tp, where.get(tp), bounds.get(tp), target,
@@ -227,5 +247,5 @@ def reset(pipeline_name: str, partitions: list[str] | None = None, topic: str | 
             positions.apply_reset(cur, pipeline.name, step, why)
             done.append(step)
     for step in done:
-        log(f"reset {step}")
+        log(f"{'would reset' if dry_run else 'reset'} {step}")
     return done

@@ -62,9 +62,10 @@ class Scenario:
         return env
 
     def cli(self, *args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
-        """`eosbatch <args>` in a process of its own, as a user (or a DAG task) runs it."""
+        """`eosbatch <args>` in a process of its own, as a user (or a DAG task) runs it: no terminal on stdin,
+        so a destructive command runs only with --yes."""
         return subprocess.run([sys.executable, "-m", "eosbatch.cli", *args], env=self.env(fault),
-                              capture_output=True, text=True, timeout=900, cwd=ROOT)
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900, cwd=ROOT)
 
     def run(self, fault: str | None = None, *args: str) -> subprocess.CompletedProcess[str]:
         return self.cli("run", self.pipeline, *args, fault=fault)

@@ -119,8 +119,9 @@ def _give_back(settings: Settings, connection: psycopg2.extensions.connection) -
 
 
 @contextlib.contextmanager
-def transaction(settings: Settings) -> Iterator[Cursor]:
-    """One PostgreSQL transaction: committed when the block ends, rolled back on any exception.
+def transaction(settings: Settings, dry_run: bool = False) -> Iterator[Cursor]:
+    """One PostgreSQL transaction: committed when the block ends, rolled back on any exception. A `dry_run`
+    transaction is rolled back when the block ends too: what it wrote is seen inside it only.
 
     Errors about the database itself (unreachable, busy, access, no ledger) leave as eosbatch errors;
     constraint violations and data errors stay psycopg2's, for the caller to decide. The connection is
@@ -130,6 +131,8 @@ def transaction(settings: Settings) -> Iterator[Cursor]:
     try:
         with connection, connection.cursor() as cursor:
             yield cursor
+            if dry_run:
+                connection.rollback()
         ended_well = True
     except psycopg2.Error as exc:
         mapped = ledger_errors.to_eosbatch(exc, where(settings))

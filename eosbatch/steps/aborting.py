@@ -19,19 +19,24 @@ def abort_in(cur: store.Cursor, pipeline: Pipeline, batch: store.Batch, reason: 
     return batch
 
 
-def abort(ctx: Context, batch_id: int | None = None, reason: str = "aborted") -> list[int]:
+def abort(ctx: Context, batch_id: int | None = None, reason: str = "aborted", dry_run: bool = False) -> list[int]:
     """Abort the given batch, or every unfinished one: offsets stay, so the same ranges are planned again.
-    A committed batch is never aborted: it can only be rolled forward."""
+    A committed batch is never aborted: it can only be rolled forward. `dry_run`: the same choice, logged
+    with "would", and nothing changed."""
     settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     aborted: list[int] = []
-    with store.transaction(settings) as cur:
+    with store.transaction(settings, dry_run=dry_run) as cur:
         lanes.lock_pipeline(cur, pipeline.name)
         batches = [store.get_batch(cur, batch_id)] if batch_id is not None else store.open_batches(cur, pipeline.name)
         for batch in batches:
             if batch.state in ABORTABLE:
-                abort_in(cur, pipeline, batch, reason)
+                if dry_run:
+                    log(f"batch {batch.id}: {batch.state}, would be aborted; its ranges would be planned again: "
+                        f"{' '.join(map(str, batch.ranges)) or '-'}")
+                else:
+                    abort_in(cur, pipeline, batch, reason)
+                    log(f"batch {batch.id}: aborted ({reason})")
                 aborted.append(batch.id)
-                log(f"batch {batch.id}: aborted ({reason})")
             elif batch.state == "committed":
                 log(f"batch {batch.id}: committed, so not aborted; the next run publishes it")
     return aborted

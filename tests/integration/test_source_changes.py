@@ -134,7 +134,7 @@ def test_topic_recreated_with_more_records_stops_then_a_reset_reads_the_new_topi
     assert status(scenario)["source_problems"]
 
     out = ok(scenario.cli("reset", scenario.pipeline, "--topic", topic, "--to", "earliest",
-                          "--reason", "orders topic recreated by ops"))
+                          "--reason", "orders topic recreated by ops", "--yes"))
     assert "3 partition(s) reset" in out
     ok(scenario.run())
 
@@ -173,7 +173,7 @@ def test_retention_past_the_next_offset_stops_then_a_reset_declares_the_gap(sett
     assert f"eosbatch reset {scenario.pipeline} --partition {topic}:0 --to {cut}" in error
     assert ledger(settings, scenario.pipeline)[1] == 0
 
-    ok(scenario.cli("reset", scenario.pipeline, "--partition", f"{topic}:0", "--to", "earliest"))
+    ok(scenario.cli("reset", scenario.pipeline, "--partition", f"{topic}:0", "--to", "earliest", "--yes"))
     ok(scenario.run())
     inputs = read_topic(settings, topic)                 # from each log start: the deleted records are gone
     wanted = [r for r in inputs if r.offset >= starts[TopicPartition(topic, r.partition)]]

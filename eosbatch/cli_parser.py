@@ -1,0 +1,173 @@
+"""The `eosbatch` command's arguments: one parser per command and per action, each with its own help, and the
+exit codes. A usage error exits with the terminal code: running the same command again cannot help."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import metadata
+from typing import NoReturn
+
+# 1: `verify` found a violation; 2: terminal (retrying cannot help); 3: transient (retry);
+# 4: fenced (another runner owns the pipeline or the batch now and finishes it; this one changed nothing).
+EXIT_VIOLATION, EXIT_TERMINAL, EXIT_TRANSIENT, EXIT_FENCED = 1, 2, 3, 4
+# A usage error (bad arguments, a destructive command not confirmed) is terminal: Airflow must not retry it.
+EXIT_USAGE = EXIT_TERMINAL
+
+EXIT_CODES = ("exit codes: 0 done, 1 verify found a violation, 2 terminal error or usage error (retrying cannot "
+              "help), 3 transient error (retry), 4 fenced (another runner owns the pipeline or batch now)")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, exiting with EXIT_USAGE on a usage error (argparse's own 2, said on purpose)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def version() -> str:
+    """The installed distribution's version."""
+    try:
+        return metadata.version("eosbatch")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def parser() -> Parser:
+    top = Parser(prog="eosbatch", description="Exactly-once batches of Kafka data.", epilog=EXIT_CODES)
+    top.add_argument("--version", action="version", version=f"eosbatch {version()}")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _stack(sub)
+    _db(sub)
+    run = sub.add_parser("run", help="run batches of a pipeline", description="Run batches of a pipeline.")
+    run.add_argument("pipeline")
+    run.add_argument("--max-batches", type=int, default=None)
+    run.add_argument("--until-caught-up", action="store_true", help="the default when --max-batches is absent")
+    run.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
+                     help="process batch N+1 while N commits and N-1 publishes (default: EOSBATCH_OVERLAP)")
+    _json(run)
+    status = sub.add_parser("status", help="batches, offsets and lag of a pipeline",
+                            description="Recent batches, per partition next offset and lag, source changes, resets.")
+    status.add_argument("pipeline")
+    _json(status)
+    backfill = sub.add_parser("backfill", help="process history: fill the holes in offset ranges, or reprocess",
+                              description="Runs backfill batches over the holes of the requested ranges (fill), or "
+                                          "re-runs their committed parts into an idempotent sink (reprocess).")
+    backfill.add_argument("pipeline")
+    backfill.add_argument("--range", dest="ranges", action="append", metavar="TOPIC:PARTITION:START-END",
+                          help="an offset range, END exclusive; repeat for more")
+    backfill.add_argument("--from", dest="time_from", metavar="TIME", help="ISO 8601 time (UTC unless zoned)")
+    backfill.add_argument("--to", dest="time_to", metavar="TIME")
+    backfill.add_argument("--mode", choices=["fill", "reprocess"], default="fill")
+    backfill.add_argument("--publish", action=argparse.BooleanOptionalAction, default=None,
+                          help="publish the output (default: yes for fill, no for reprocess)")
+    backfill.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    _json(backfill)
+    replay = sub.add_parser("replay", help="replay a failed batch (or publish a committed one)",
+                            description="Replay an aborted batch whose ranges are uncovered, publish a committed "
+                                        "one, or say why not.")
+    replay.add_argument("pipeline")
+    replay.add_argument("batch_id", type=int)
+    _json(replay)
+    ranges = sub.add_parser("ranges", help="committed coverage per partition, and the holes",
+                            description="Committed coverage per partition, the holes, declared gaps, in flight.")
+    ranges.add_argument("pipeline")
+    _json(ranges)
+    verify = sub.add_parser("verify", help="audit a pipeline from the outside: coverage, output, sink, dead letters",
+                            description="Exit 0 when every check holds, 1 on a violation.")
+    verify.add_argument("pipeline")
+    verify.add_argument("--batch", type=int, metavar="N", dest="batch_id",
+                        help="only the cheap check of batch N: ranges, dead letters, its output records")
+    verify.add_argument("--no-recompute", action="store_true",
+                        help="skip recomputing the sink from the committed input (the check that runs Spark)")
+    _json(verify)
+    publish = sub.add_parser("publish", help="settle a committed batch whose marker expired (the operator decides)",
+                             description="Settle a committed batch whose marker expired.")
+    publish.add_argument("pipeline")
+    publish.add_argument("batch_id", type=int)
+    how = publish.add_mutually_exclusive_group(required=True)
+    how.add_argument("--published", action="store_true",
+                     help="its records are in the output topic (header eosbatch.batch): finalize, produce nothing")
+    how.add_argument("--republish", action="store_true", help="they are not: publish the batch's outbox now")
+    reset = sub.add_parser("reset", help="after a source change: move partitions or accept a recreated topic",
+                           description="Recorded in the ledger: skipped offsets become declared gaps; a recreated "
+                                       "topic (new topic ID) starts a new incarnation. Never done automatically. "
+                                       "Asks first, on a terminal; elsewhere give --yes.")
+    reset.add_argument("pipeline")
+    where = reset.add_mutually_exclusive_group(required=True)
+    where.add_argument("--partition", dest="partitions", action="append", metavar="TOPIC:PARTITION",
+                       help="a partition to move; repeat for more")
+    where.add_argument("--topic", help="accept the topic's new topic ID (deleted and recreated)")
+    reset.add_argument("--to", required=True, metavar="OFFSET|earliest|latest",
+                       help="the new next offset (--topic: earliest or latest)")
+    reset.add_argument("--reason", help="why, recorded with the reset")
+    _dry_run(reset, "print the offsets that would move and the batches recovery would settle; change nothing")
+    _yes(reset)
+    compact = sub.add_parser("compact", help="bound the ledger: merge old published batches' committed ranges",
+                             description="Merge old published batches' committed ranges; drop their range detail.")
+    compact.add_argument("pipeline")
+    compact.add_argument("--older-than-days", type=float, default=None,
+                         help="published batches committed longer ago than this (default: "
+                              "EOSBATCH_COMPACT_AFTER_DAYS, 7)")
+    abort = sub.add_parser("abort", help="abort a pipeline's unfinished (uncommitted) batches",
+                           description="Abort the batch, or every unfinished batch; a committed one never.")
+    abort.add_argument("pipeline")
+    abort.add_argument("batch_id", nargs="?", type=int)
+    _dry_run(abort, "print the batches that would be aborted; change nothing")
+    # ---- airflow: a local Airflow on the stack (eosbatch.orchestration.local)
+    airflow_cmd = sub.add_parser("airflow", help="a local Airflow (API server, scheduler, DAG processor)",
+                                 description="A local Airflow on the stack.")
+    actions = airflow_cmd.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("up", help="start it; prints the exports", description="Start the local Airflow.")
+    actions.add_parser("down", help="stop it", description="Stop the local Airflow.")
+    actions.add_parser("status", help="its processes and health", description="The local Airflow's state.")
+    # ---- end airflow
+    return top
+
+
+def _stack(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    stack = sub.add_parser("stack", help="the embedded local Kafka + PostgreSQL + Spark Connect server",
+                           description="The embedded local Kafka + PostgreSQL + Spark Connect server.")
+    actions = stack.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = actions.add_parser("up", help="start it (idempotent); prints the exports",
+                            description="Start the stack (idempotent). Progress on stderr, the exports on stdout: "
+                                        'eval "$(eosbatch stack up)".')
+    actions.add_parser("down", help="stop it", description="Stop the stack.")
+    env = actions.add_parser("env", help="print its exports", description="Print the stack's exports.")
+    status = actions.add_parser("status", help="its processes, addresses and versions",
+                                description="The stack's processes, addresses and versions.")
+    _json(status)
+    for action in (up, env, status):
+        action.add_argument("--spark-cluster", action=argparse.BooleanOptionalAction, default=None,
+                            help="up: also a Spark standalone master, two workers and a Connect server on them; "
+                                 "up and env: export that server as EOSBATCH_SPARK_REMOTE "
+                                 "(default: EOSBATCH_SPARK_CLUSTER)")
+
+
+def _db(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    db = sub.add_parser("db", help="the ledger schema (Alembic)", description="The ledger schema (Alembic).")
+    actions = db.add_subparsers(dest="action", required=True, metavar="ACTION")
+    upgrade = actions.add_parser("upgrade", help="to a revision (default: head)",
+                                 description="Upgrade the ledger to a revision (default: head).")
+    upgrade.add_argument("revision", nargs="?", default="head")
+    downgrade = actions.add_parser("downgrade", help="to a revision (default: base, which deletes the ledger)",
+                                   description="Downgrade the ledger to a revision. To base (the default) drops the "
+                                               "schema eosbatch: every pipeline's ledger and dead letters. That asks "
+                                               "first, on a terminal; elsewhere give --yes.")
+    downgrade.add_argument("revision", nargs="?", default="base")
+    _yes(downgrade)
+    actions.add_parser("current", help="the ledger's revision", description="Print the ledger's revision.")
+
+
+def _json(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--json", action="store_true", help="one JSON document on stdout (logs on stderr)")
+
+
+def _dry_run(command: argparse.ArgumentParser, what: str) -> None:
+    command.add_argument("--dry-run", action="store_true", help=what)
+
+
+def _yes(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--yes", "-y", action="store_true",
+                         help="do it without asking (needed where stdin is not a terminal)")

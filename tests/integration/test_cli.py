@@ -1,0 +1,143 @@
+"""The CLI's safety conventions on the real stack, as a user (or a DAG task) runs it, with no terminal on stdin:
+`reset --dry-run` and `abort --dry-run` print what would happen and change nothing in the ledger (counted
+here with SQL of the test's own), a real run then does what the dry run printed, and `db downgrade` to base
+refuses without --yes (the ledger stays) and drops it with --yes, on a database of the test's own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import psycopg2
+import pytest
+
+from eosbatch import config, faults
+from eosbatch.cli_parser import EXIT_USAGE
+from tests.scenario import ROOT, Scenario
+
+pytestmark = pytest.mark.integration
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def ledger_rows(settings, pipeline: str) -> dict[str, list[tuple]]:  # type: ignore[type-arg]
+    """Everything of the pipeline the ledger holds that a reset or an abort would change."""
+    queries = {
+        "pipelines": "SELECT name, epoch, backfill_epoch FROM eosbatch.pipelines WHERE name = %s",
+        "batches": "SELECT id, kind, state, epoch, error FROM eosbatch.batches WHERE pipeline = %s ORDER BY id",
+        "partition_offsets": "SELECT topic, partition, next_offset, incarnation FROM eosbatch.partition_offsets "
+                             "WHERE pipeline = %s ORDER BY topic, partition",
+        "source_topics": "SELECT topic, topic_id, incarnation FROM eosbatch.source_topics WHERE pipeline = %s",
+        "source_resets": "SELECT topic, partition, to_offset FROM eosbatch.source_resets WHERE pipeline = %s",
+        "committed_ranges": "SELECT topic, partition, offsets::text FROM eosbatch.committed_ranges "
+                            "WHERE pipeline = %s ORDER BY 1, 2, 3",
+        "lane_leases": "SELECT lane, owner FROM eosbatch.lane_leases WHERE pipeline = %s ORDER BY lane",
+    }
+    with psycopg2.connect(settings.psycopg_dsn) as connection, connection.cursor() as cur:
+        found = {}
+        for table, query in queries.items():
+            cur.execute(query, (pipeline,))
+            found[table] = cur.fetchall()
+    connection.close()
+    return found
+
+
+@pytest.fixture
+def planned(settings, unique) -> Iterator[tuple[Scenario, int]]:
+    """A pipeline whose runner died right after planning its first batch: one unfinished batch."""
+    scenario = Scenario(settings, unique, "totals", records=600, batch=1000)
+    assert scenario.run("plan.after_commit").returncode == faults.EXIT_CODE
+    (batch_id, _, state), = scenario.batches()
+    assert state == "planned"
+    yield scenario, batch_id
+
+
+def test_abort_dry_run_prints_the_batches_and_changes_nothing(settings, planned):
+    scenario, batch_id = planned
+    before = ledger_rows(settings, scenario.pipeline)
+    out = ok(scenario.cli("abort", scenario.pipeline, "--dry-run"))
+    assert f"batch {batch_id}: planned, would be aborted" in out and "1 batch(es) would be aborted" in out
+    assert ledger_rows(settings, scenario.pipeline) == before
+    out = ok(scenario.cli("abort", scenario.pipeline, str(batch_id), "--dry-run"))
+    assert f"batch {batch_id}: planned, would be aborted" in out
+    assert ledger_rows(settings, scenario.pipeline) == before
+
+    assert "aborted 1 batch(es)" in ok(scenario.cli("abort", scenario.pipeline))
+    assert scenario.batches() == [(batch_id, "regular", "aborted")]
+
+
+def test_reset_dry_run_prints_the_moves_changes_nothing_and_the_reset_then_makes_them(settings, planned):
+    scenario, batch_id = planned
+    move = ["reset", scenario.pipeline, "--partition", f"{scenario.input}:0", "--to", "5", "--reason", "cli test"]
+    before = ledger_rows(settings, scenario.pipeline)
+    assert before["partition_offsets"] and not before["source_resets"]
+
+    out = ok(scenario.cli(*move, "--dry-run"))
+    would = [line for line in out.splitlines() if line.startswith("would reset ")]
+    assert would == [f"would reset {scenario.input}:0: skipped 0-5 (incarnation 0)"], out
+    assert f"batch {batch_id}: planned, would be aborted by the reset's recovery" in out
+    assert "dry run: nothing changed; 1 partition(s) would be reset" in out
+    assert ledger_rows(settings, scenario.pipeline) == before
+
+    refused = scenario.cli(*move)  # no terminal, no --yes
+    assert refused.returncode == EXIT_USAGE, refused.stderr
+    assert "not a terminal" in refused.stderr and "--yes" in refused.stderr and f"{scenario.input}:0" in refused.stderr
+    assert ledger_rows(settings, scenario.pipeline) == before
+
+    out = ok(scenario.cli(*move, "--yes"))
+    assert [line for line in out.splitlines() if line.startswith("reset ")] == [
+        line.removeprefix("would ") for line in would]
+    after = ledger_rows(settings, scenario.pipeline)
+    assert after["source_resets"] == [(scenario.input, 0, 5)]
+    assert (scenario.input, 0, 5, 0) in after["partition_offsets"]
+    assert scenario.batches() == [(batch_id, "regular", "aborted")]
+
+
+@pytest.fixture
+def own_database(settings, unique) -> Iterator[str]:
+    """A database of this test's own on the stack's PostgreSQL: downgrading it touches no other run."""
+    name = f"eosbatch_cli_{unique}"
+    admin = psycopg2.connect(settings.psycopg_dsn)
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{settings.database_url.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+def has_ledger(url: str) -> bool:
+    with psycopg2.connect(config.to_libpq_url(url)) as connection, connection.cursor() as cur:
+        cur.execute("SELECT to_regclass('eosbatch.batches') IS NOT NULL")
+        found = bool(cur.fetchone()[0])
+    connection.close()
+    return found
+
+
+def test_downgrade_to_base_refuses_without_yes_and_drops_the_ledger_with_it(settings, unique, own_database):
+    name = own_database.rsplit("/", 1)[1]
+
+    def db(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "eosbatch.cli", "db", *args],
+                              env={**os.environ, "PYTHONPATH": str(ROOT), config.DATABASE_URL: own_database},
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+    ok(db("upgrade"))
+    assert has_ledger(own_database)
+    for refused in (db("downgrade"), db("downgrade", "base")):
+        assert refused.returncode == EXIT_USAGE, refused.stderr
+        assert "schema eosbatch" in refused.stderr and "dead letters" in refused.stderr
+        assert "--yes" in refused.stderr and name in refused.stderr
+        assert has_ledger(own_database)
+    assert ok(db("downgrade", "--yes")).strip() == "ledger at revision None"
+    assert not has_ledger(own_database)
+    ok(db("upgrade"))
+    assert has_ledger(own_database)
