@@ -108,6 +108,7 @@ def test_no_answer_at_all_is_no() -> None:
 
 def test_only_a_downgrade_to_base_deletes_and_it_names_the_database_without_its_password(monkeypatch) -> None:
     monkeypatch.setenv(config.DATABASE_URL, "postgresql+psycopg2://eos:secret@db:5432/ledger")
+    monkeypatch.setenv(config.KAFKA_BOOTSTRAP, "broker:9092")
     assert commands.db_downgrade_deletes("0009") is None
     deletes = commands.db_downgrade_deletes("base")
     assert deletes is not None and "schema eosbatch" in deletes and "dead letters" in deletes
