@@ -5,6 +5,7 @@ refuses without --yes (the ledger stays) and drops it with --yes, on a database 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -141,3 +142,46 @@ def test_downgrade_to_base_refuses_without_yes_and_drops_the_ledger_with_it(sett
     assert not has_ledger(own_database)
     ok(db("upgrade"))
     assert has_ledger(own_database)
+
+
+@pytest.mark.spark
+def test_json_documents_carry_the_facts_of_the_text(settings, unique):
+    scenario = Scenario(settings, unique, "totals", records=600, batch=1000)
+    ran = json.loads(ok(scenario.cli("run", scenario.pipeline, "--json")))
+    batches = scenario.batches()
+    assert ran["pipeline"] == scenario.pipeline and ran["batches"] == len(batches) >= 1
+    assert all(state == "published" for _, _, state in batches)
+    assert ran["records_read"] > 0 and ran["sink_rows"] > 0 and ran["published"] == ran["sink_rows"]
+
+    verified = scenario.cli("verify", scenario.pipeline, "--no-recompute", "--json")
+    audit = json.loads(ok(verified))
+    assert audit["pipeline"] == scenario.pipeline and audit["ok"] is True
+    assert audit["findings"] and all({"check", "ok", "detail"} == set(f) for f in audit["findings"])
+    text = ok(scenario.cli("verify", scenario.pipeline, "--no-recompute"))
+    assert len(text.splitlines()) == len(audit["findings"]) + 1
+    assert all(f"{f['check']}: {f['detail']}" in text for f in audit["findings"])
+
+    replayed = json.loads(ok(scenario.cli("replay", scenario.pipeline, str(batches[0][0]), "--json")))
+    assert (replayed["batch_id"], replayed["action"], replayed["batches"]) == (batches[0][0], "nothing", [])
+    assert "already published" in replayed["message"]
+
+    planned = json.loads(ok(scenario.cli("backfill", scenario.pipeline, "--range", f"{scenario.input}:0:0-10",
+                                         "--dry-run", "--json")))
+    assert planned["dry_run"] is True and planned["mode"] == "fill"
+    assert planned["plan"]["requested"] == [f"{scenario.input}:0:0-10"]
+    assert planned["plan"]["batches"] == [] and planned["plan"]["offsets"] == 0  # all of it is committed
+    assert scenario.batches() == batches
+
+
+def test_stack_status_json_names_what_the_text_names(settings):
+    def status(*args: str) -> str:
+        return subprocess.run([sys.executable, "-m", "eosbatch.cli", "stack", "status", *args], capture_output=True,
+                              text=True, timeout=60, check=True, cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+
+    shown = json.loads(status("--json"))
+    text = status()
+    assert f"home:     {shown['home']}" in text
+    assert f"kafka:    {shown['kafka']['bootstrap']} pid={shown['kafka']['pid'] or 'stopped'} " in text
+    assert f"postgres: {shown['postgres']['url']} pid={shown['postgres']['pid'] or 'stopped'} " in text
+    assert f"spark:    {shown['spark']['remote']} pid={shown['spark']['pid'] or 'stopped'} " in text
