@@ -142,3 +142,37 @@ def test_reset_without_a_terminal_or_yes_changes_nothing(monkeypatch, no_termina
     assert cli.main(["reset", "p", "--partition", "orders:0", "--to", "5"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "orders:0" in err and "--yes" in err
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("answer", "done"), [("no", []), ("yes", ["base"])])
+def test_on_a_terminal_downgrade_to_base_asks_naming_what_it_deletes(answer: str, done: list[str], monkeypatch,
+                                                                       capsys) -> None:
+    ran: list[str] = []
+    asked: list[str] = []
+    monkeypatch.setattr("sys.stdin", Terminal())
+    monkeypatch.setattr("builtins.input", lambda question: asked.append(question) or answer)
+    monkeypatch.setattr(commands, "db_downgrade_deletes", lambda revision: "the schema eosbatch in db")
+    monkeypatch.setattr(commands, "db_downgrade", lambda revision: ran.append(revision))
+    assert cli.main(["db", "downgrade"]) == (0 if done else cli.EXIT_USAGE)
+    assert ran == done and len(asked) == 1 and "the schema eosbatch in db" in asked[0]
+
+
+def test_on_a_terminal_reset_shows_the_dry_runs_moves_in_the_question_then_resets(monkeypatch, capsys) -> None:
+    calls: list[bool] = []
+    asked: list[str] = []
+    monkeypatch.setattr("sys.stdin", Terminal())
+    monkeypatch.setattr("builtins.input", lambda question: asked.append(question) or "yes")
+
+    def reset(*args: object, dry_run: bool, **kwargs: object) -> list[str]:
+        calls.append(dry_run)
+        return ["orders:0: skipped 0-5 (incarnation 0)"]
+
+    monkeypatch.setattr(commands, "reset", reset)
+    assert cli.main(["reset", "p", "--partition", "orders:0", "--to", "5"]) == 0
+    assert calls == [True, False]
+    assert "orders:0: skipped 0-5" in asked[0]
