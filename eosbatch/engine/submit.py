@@ -18,11 +18,12 @@ from eosbatch import config, faults, registry
 from eosbatch.engine.exceptions import SparkJobFailed
 from eosbatch.engine.log4j import LEVELS, TO_STDERR, roll_over
 from eosbatch.exceptions import EosbatchError, Fenced, TerminalError, TransientError
+from eosbatch.package_data import FOLDER as PACKAGE_DATA
+from eosbatch.package_data import SPARK_APPS
 from eosbatch.spark.entry import EXIT_FENCED, EXIT_TERMINAL, RESULT_FILE
 from eosbatch.spark_kafka_options import REDACTION_REGEX
 
 CONNECT_MODE = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
-APPS = Path(__file__).resolve().parents[2] / "spark_apps"
 
 
 class SparkRun(NamedTuple):
@@ -67,11 +68,13 @@ def _code_roots(pipeline_modules: list[str]) -> set[Path]:
 
 
 def code_archive(pipeline_modules: list[str], folder: Path) -> Path:
-    """A zip of the code the executors import (see _code_roots): eosbatch, the pipelines and their imports."""
+    """A zip of the code the executors import (see _code_roots): eosbatch, the pipelines and their imports. Not
+    eosbatch's package data (migrations, apps): no executor imports it."""
     archive = folder / "eosbatch-app.zip"
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
         for root in sorted(_code_roots(pipeline_modules)):
-            files = [root] if root.is_file() else sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+            files = [root] if root.is_file() else sorted(
+                p for p in root.rglob("*.py") if "__pycache__" not in p.parts and not p.is_relative_to(PACKAGE_DATA))
             for path in files:
                 zf.write(path, path.relative_to(root.parent))
     return archive
@@ -95,7 +98,7 @@ def command(app: str, args: list[str], settings: config.Settings, log_name: str,
             # the Kafka reader's JAAS line (a password): out of plans, the UI and event logs
             "--conf", f"spark.redaction.regex={REDACTION_REGEX}",
             "--conf", f"spark.sql.redaction.options.regex={REDACTION_REGEX}",
-            str(APPS / app), *args]
+            str(SPARK_APPS / app), *args]
     result = work / "result.json"
     # The settings go in the child's environment, never its command line (a password in ps).
     env = {**os.environ, **config.to_env(settings), "PYSPARK_PYTHON": sys.executable,

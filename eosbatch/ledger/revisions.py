@@ -1,9 +1,8 @@
-"""The ledger's revisions: the ones this eosbatch knows (migrations/), the one a database is at (Alembic's
-version table), and the databases this process has checked already."""
+"""The ledger's revisions: the ones this eosbatch knows (its migrations, package data), the one a database is
+at (Alembic's version table), and the databases this process has checked already."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psycopg2
@@ -12,12 +11,12 @@ import psycopg2.extensions
 from eosbatch.config import Settings
 from eosbatch.ledger import errors as ledger_errors
 from eosbatch.ledger.exceptions import LedgerSchemaMissing, LedgerUnavailable
+from eosbatch.package_data import MIGRATIONS
 
 if TYPE_CHECKING:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 VERSION_TABLE = "eosbatch_alembic_version"
 
 # Databases whose ledger revision this process has checked (the check costs a query and reading the

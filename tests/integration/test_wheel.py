@@ -1,0 +1,109 @@
+"""The wheel works without a checkout: built from the sources, installed into a fresh venv (its dependencies
+taken from this environment's site-packages, not its editable eosbatch), `eosbatch db upgrade` run from a
+folder outside the repository takes an empty database to the newest revision, so the migrations come from
+the installed package. The wheel carries the migrations and the spark-submit apps."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import uuid
+import venv
+import zipfile
+from pathlib import Path
+
+import psycopg2
+import pytest
+from psycopg2 import sql
+from sqlalchemy.engine import make_url
+
+from eosbatch import config
+from eosbatch.ledger import revisions
+from tests.scenario import ROOT
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SOURCES = ["pyproject.toml", "README.md", "eosbatch", "migrations", "spark_apps"]
+
+
+def _build_wheel(work: Path) -> Path:
+    """`pip wheel`, as README says, on a copy of the sources (the links in eosbatch/package-data/ kept as
+    links), so the build leaves nothing in the checkout. With build isolation: pip brings the setuptools that
+    pyproject.toml asks for (this environment's may be older)."""
+    source = work / "source"
+    source.mkdir()
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name, symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(ROOT / name, source / name)
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+                           "-w", str(work / "dist"), str(source)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [wheel] = (work / "dist").glob("eosbatch-*.whl")
+    return wheel
+
+
+def _venv_with_wheel(work: Path, wheel: Path) -> Path:
+    """A fresh venv holding the wheel alone; a .pth line lists this environment's site-packages for the
+    dependencies (a plain path: the .pth files there, such as the editable install's hook, do not run)."""
+    folder = work / "venv"
+    venv.create(folder, with_pip=False)
+    python = folder / "bin" / "python"
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q",
+                           str(wheel)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ours = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
+    theirs = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    Path(theirs, "eosbatch-test-dependencies.pth").write_text("".join(f"{p}\n" for p in sorted(ours)))
+    return folder
+
+
+def _on_server(settings: config.Settings, statement: sql.Composable) -> None:
+    """A statement outside a transaction (CREATE/DROP DATABASE), on the settings' PostgreSQL."""
+    connection = psycopg2.connect(settings.psycopg_dsn)
+    connection.autocommit = True
+    try:
+        with connection.cursor() as cur:
+            cur.execute(statement)
+    finally:
+        connection.close()
+
+
+def test_the_installed_wheel_upgrades_a_database_from_outside_the_checkout(settings, tmp_path) -> None:
+    wheel = _build_wheel(tmp_path)
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for folder, patterns in (("migrations", ["*.py", "*.mako", "versions/*.py"]), ("spark_apps", ["*.py"])):
+        expected = {f"eosbatch/package-data/{folder}/{p.relative_to(ROOT / folder)}"
+                    for pattern in patterns for p in (ROOT / folder).glob(pattern)}
+        assert expected and expected <= names, sorted(expected - names)
+
+    env_folder = _venv_with_wheel(tmp_path, wheel)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    assert not outside.resolve().is_relative_to(ROOT)
+    database = f"eosbatch_wheel_{uuid.uuid4().hex[:8]}"
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update(config.to_env(settings))
+    env[config.DATABASE_URL] = make_url(settings.database_url).set(database=database).render_as_string(
+        hide_password=False)
+    _on_server(settings, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    try:
+        def run(*args: str) -> str:
+            done = subprocess.run(list(args), cwd=outside, env=env, capture_output=True, text=True, check=False,
+                                  timeout=120)
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+            return done.stdout.strip()
+
+        imported = run(str(env_folder / "bin" / "python"), "-c", "import eosbatch; print(eosbatch.__file__)")
+        assert Path(imported).resolve().is_relative_to(env_folder.resolve()), imported
+        head = revisions.head()
+        assert run(str(env_folder / "bin" / "eosbatch"), "db", "upgrade") == f"ledger at revision {head}"
+        assert run(str(env_folder / "bin" / "eosbatch"), "db", "current") == head
+    finally:
+        _on_server(settings, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
