@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
@@ -257,7 +258,27 @@ def _spark_jars(raw: str) -> tuple[str, ...]:
     jars = tuple(j.strip() for j in raw.split(",") if j.strip())
     if missing := [j for j in jars if "://" not in j and not os.path.isfile(j)]:
         raise ConfigError(SPARK_JARS, f"no such file: {missing[0]}")
+    for jar in jars:
+        name = jar.rstrip("/").rsplit("/", 1)[-1]
+        built_for = SPARK_JAR.fullmatch(name)
+        if built_for and built_for["spark"] != (installed := installed_pyspark()):
+            raise ConfigError(SPARK_JARS, f"{name} is built for Spark {built_for['spark']}, but the installed PySpark "
+                                          f"is {installed}: give the connector jars of Spark {installed} (`eosbatch "
+                                          f"stack up` fetches them), or install pyspark=={built_for['spark']}")
     return jars
+
+
+# Spark's own jars name the Spark they are built for: spark-sql-kafka-0-10_2.13-4.2.0.jar (Scala 2.13, Spark 4.2.0).
+SPARK_JAR = re.compile(r"spark-[a-z0-9-]+_\d+\.\d+-(?P<spark>\d+\.\d+\.\d+[^/]*)\.jar")
+
+
+def installed_pyspark() -> str:
+    """The version of the PySpark this process imports: the Spark the Kafka connector jars must be built for
+    (a Spark distribution's PySpark on PYTHONPATH has no package metadata, so the module says it). Imported at
+    the first use: only settings with connector jars need it."""
+    import pyspark
+
+    return str(pyspark.__version__)
 
 
 def _lease_seconds(raw: str) -> float:

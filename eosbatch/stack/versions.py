@@ -1,11 +1,12 @@
 """Versions of the real components the embedded stack runs."""
 
-from importlib.metadata import version
+from eosbatch.config import installed_pyspark
 
 KAFKA_VERSION = "4.1.1"
 SCALA_BINARY = "2.13"
-# PySpark 4.x is built for Scala 2.13; the connector must be the exact Spark version PySpark ships.
-PYSPARK_VERSION = version("pyspark")
+# PySpark 4.x is built for Scala 2.13; the connector must be the exact Spark version of the installed PySpark
+# (the Connect server `stack up` starts runs that PySpark's own Spark).
+PYSPARK_VERSION = installed_pyspark()
 LOG4J_VERSION = "2.24.3"
 SLF4J_VERSION = "2.0.17"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from eosbatch.config import (
@@ -15,6 +17,7 @@ from eosbatch.config import (
     TRANSACTION_TIMEOUT,
     Settings,
     default_log_dir,
+    installed_pyspark,
     load,
     redact,
     to_libpq_url,
@@ -233,6 +236,19 @@ def test_spark_remote_and_jars(tmp_path) -> None:
     assert load(env()).spark_remote == "" and load(env()).spark_jars == ()
     with pytest.raises(ConfigError, match="EOSBATCH_SPARK_JARS: no such file"):
         load(env(EOSBATCH_SPARK_JARS=str(tmp_path / "missing.jar")))
+
+
+def test_spark_jars_must_be_built_for_the_installed_pyspark(tmp_path) -> None:
+    installed = installed_pyspark()
+    connector = tmp_path / f"spark-sql-kafka-0-10_2.13-{installed}.jar"
+    older = tmp_path / "spark-token-provider-kafka-0-10_2.13-3.5.1.jar"
+    clients = tmp_path / "kafka-clients-3.9.2.jar"  # not Spark's own: its version is Kafka's
+    for jar in (connector, older, clients):
+        jar.write_bytes(b"")
+    assert load(env(EOSBATCH_SPARK_JARS=f"{connector},{clients}")).spark_jars == (str(connector), str(clients))
+    with pytest.raises(ConfigError, match=rf"EOSBATCH_SPARK_JARS: {re.escape(older.name)} is built for Spark "
+                                          rf"3\.5\.1, but the installed PySpark is {re.escape(installed)}"):
+        load(env(EOSBATCH_SPARK_JARS=f"{connector},{older},{clients}"))
 
 
 def test_staging_writers_is_a_bounded_whole_number() -> None:
