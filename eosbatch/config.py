@@ -274,11 +274,16 @@ SPARK_JAR = re.compile(r"spark-[a-z0-9-]+_\d+\.\d+-(?P<spark>\d+\.\d+\.\d+[^/]*)
 
 def installed_pyspark() -> str:
     """The version of the PySpark this process imports: the Spark the Kafka connector jars must be built for
-    (a Spark distribution's PySpark on PYTHONPATH has no package metadata, so the module says it). Imported at
-    the first use: only settings with connector jars need it."""
-    import pyspark
+    (read from the package's metadata, which costs no import; a Spark distribution's PySpark on PYTHONPATH has
+    none, and then the module says it)."""
+    from importlib import metadata
 
-    return str(pyspark.__version__)
+    try:
+        return metadata.version("pyspark")
+    except metadata.PackageNotFoundError:
+        import pyspark
+
+        return str(pyspark.__version__)
 
 
 def _lease_seconds(raw: str) -> float:
