@@ -106,6 +106,11 @@ def generate(settings: Settings, topic: str = "orders", records: int = 10_000, p
     return Produced(committed, malformed, aborted)
 
 
+# What a partition answers while its leader is still being elected or moved: ask again.
+LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                 KafkaError.UNKNOWN_TOPIC_OR_PART)
+
+
 def await_markers(settings: Settings, topics: Iterable[str], timeout: float = 60) -> None:
     """Wait until no partition of `topics` waits on a transaction marker: the last stable offset (what a
     read_committed reader sees) has reached the high watermark.
@@ -117,8 +122,15 @@ def await_markers(settings: Settings, topics: Iterable[str], timeout: float = 60
     tps = offsets.partitions(client, topics)
     deadline = time.monotonic() + timeout
     while True:
-        stable = _ends(client, tps, IsolationLevel.READ_COMMITTED)
-        high = _ends(client, tps, IsolationLevel.READ_UNCOMMITTED)
+        try:
+            stable = _ends(client, tps, IsolationLevel.READ_COMMITTED)
+            high = _ends(client, tps, IsolationLevel.READ_UNCOMMITTED)
+        except KafkaException as exc:  # a partition's leader still moving (a new topic, a broker just back)
+            error = exc.args[0]
+            if not (error.retriable() or error.code() in LEADER_MOVING) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+            continue
         behind = [tp for tp in tps if stable[tp] < high[tp]]
         if not behind:
             return
