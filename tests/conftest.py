@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -55,3 +56,28 @@ def settings() -> config.Settings:
 @pytest.fixture
 def unique() -> str:
     return uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def fresh_database(settings, unique) -> Iterator[str]:
+    """The URL of a database of this test's own on the stack's PostgreSQL, where `eosbatch db upgrade` never
+    ran (so a test may upgrade or downgrade it without touching any other run); dropped after the test."""
+    import psycopg2
+    from psycopg2 import sql
+
+    name = f"eosbatch_fresh_{unique}"
+
+    def on_server(statement: sql.Composable) -> None:  # a connection each: the test may restart the server
+        admin = psycopg2.connect(settings.psycopg_dsn)
+        admin.autocommit = True
+        try:
+            with admin.cursor() as cur:
+                cur.execute(statement)
+        finally:
+            admin.close()
+
+    on_server(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield f"{settings.database_url.rsplit('/', 1)[0]}/{name}"
+    finally:
+        on_server(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))

@@ -166,7 +166,7 @@ class ReplayDecision(NamedTuple):
 
 def replay_decision(batch_id: int, state: BatchState, kind: BatchKind, ranges: Iterable[OffsetRange],
                     committed: Iterable[OffsetRange], in_flight: Iterable[OffsetRange]) -> ReplayDecision:
-    """DESIGN.md's replay rule: aborted and uncovered -> replay those ranges; committed -> publish it;
+    """docs/design.md's replay rule: aborted and uncovered -> replay those ranges; committed -> publish it;
     published, covered by later batches, or still in flight -> say so and change nothing."""
     ranges = merge(ranges)
     if state == "published":

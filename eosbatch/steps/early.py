@@ -35,7 +35,7 @@ def commit_and_publish(ctx: Context, batch_id: int) -> store.Batch:
     early transaction is dropped and the batch published from its outbox, as always. A Kafka failure before
     the commit starts costs nothing either: the batch commits, then publishes. A crash before the Kafka commit
     leaves a transaction that the lane's next init_transactions() aborts: before the COMMIT the batch is
-    aborted and planned again, after it the batch is published from its outbox (DESIGN.md's failure matrix).
+    aborted and planned again, after it the batch is published from its outbox (docs/design.md's failure matrix).
     The transaction stays open for the commit and the publish together: EOSBATCH_TRANSACTION_TIMEOUT_MS must
     cover both."""
     settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log

@@ -99,22 +99,6 @@ def test_reset_dry_run_prints_the_moves_changes_nothing_and_the_reset_then_makes
     assert scenario.batches() == [(batch_id, "regular", "aborted")]
 
 
-@pytest.fixture
-def own_database(settings, unique) -> Iterator[str]:
-    """A database of this test's own on the stack's PostgreSQL: downgrading it touches no other run."""
-    name = f"eosbatch_cli_{unique}"
-    admin = psycopg2.connect(settings.psycopg_dsn)
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{settings.database_url.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
-
-
 def has_ledger(url: str) -> bool:
     with psycopg2.connect(config.to_libpq_url(url)) as connection, connection.cursor() as cur:
         cur.execute("SELECT to_regclass('eosbatch.batches') IS NOT NULL")
@@ -123,25 +107,25 @@ def has_ledger(url: str) -> bool:
     return found
 
 
-def test_downgrade_to_base_refuses_without_yes_and_drops_the_ledger_with_it(settings, unique, own_database):
-    name = own_database.rsplit("/", 1)[1]
+def test_downgrade_to_base_refuses_without_yes_and_drops_the_ledger_with_it(settings, unique, fresh_database):
+    name = fresh_database.rsplit("/", 1)[1]
 
     def db(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "eosbatch.cli", "db", *args],
-                              env={**os.environ, "PYTHONPATH": str(ROOT), config.DATABASE_URL: own_database},
+                              env={**os.environ, "PYTHONPATH": str(ROOT), config.DATABASE_URL: fresh_database},
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, cwd=ROOT)
 
     ok(db("upgrade"))
-    assert has_ledger(own_database)
+    assert has_ledger(fresh_database)
     for refused in (db("downgrade"), db("downgrade", "base")):
         assert refused.returncode == EXIT_USAGE, refused.stderr
         assert "schema eosbatch" in refused.stderr and "dead letters" in refused.stderr
         assert "--yes" in refused.stderr and name in refused.stderr
-        assert has_ledger(own_database)
+        assert has_ledger(fresh_database)
     assert ok(db("downgrade", "--yes")).strip() == "ledger at revision None"
-    assert not has_ledger(own_database)
+    assert not has_ledger(fresh_database)
     ok(db("upgrade"))
-    assert has_ledger(own_database)
+    assert has_ledger(fresh_database)
 
 
 @pytest.mark.spark

@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg2
 import pytest
 
 from eosbatch import config
@@ -106,23 +105,6 @@ def test_unreachable_database_fails_with_one_line_naming_the_address(scenario, s
     assert done.returncode == 3, line
     assert hung in line and "no answer within 2 s" in line
     assert 2 <= took <= 2 + STARTUP, took
-
-
-@pytest.fixture
-def fresh_database(settings, unique) -> Iterator[str]:
-    """A database on the stack's PostgreSQL where `eosbatch db upgrade` never ran."""
-    name = f"eosbatch_fresh_{unique}"
-    admin = psycopg2.connect(settings.psycopg_dsn)
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    base = settings.database_url.rsplit("/", 1)[0]
-    try:
-        yield f"{base}/{name}"
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
 
 
 def test_a_database_without_the_ledger_or_with_an_older_one_says_run_db_upgrade(scenario, fresh_database):

@@ -1,4 +1,4 @@
-"""DESIGN.md's failure matrix, row by row: the runner dies for real (os._exit through EOSBATCH_FAULT) at a
+"""docs/design.md's failure matrix, row by row: the runner dies for real (os._exit through EOSBATCH_FAULT) at a
 protocol step; the next run must end with nothing lost and nothing duplicated, in the sink and in the
 output topic read with read_committed. The input holds aborted transactions (so ranges have gaps),
 repeated order ids and malformed records."""

@@ -1,4 +1,4 @@
-"""Replace sinks keep the right row (DESIGN.md, "Choosing the latest row"), and the output topic carries
+"""Replace sinks keep the right row (docs/design.md, "Choosing the latest row"), and the output topic carries
 exactly what the sink accepted: each test ends with sink and output equal key by key, checked from the
 outside (the sink table, and the output read with read_committed)."""
 

@@ -10,15 +10,11 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import uuid
 import venv
 import zipfile
 from pathlib import Path
 
-import psycopg2
 import pytest
-from psycopg2 import sql
-from sqlalchemy.engine import make_url
 
 from eosbatch import config
 from eosbatch.ledger import revisions
@@ -64,18 +60,8 @@ def _venv_with_wheel(work: Path, wheel: Path) -> Path:
     return folder
 
 
-def _on_server(settings: config.Settings, statement: sql.Composable) -> None:
-    """A statement outside a transaction (CREATE/DROP DATABASE), on the settings' PostgreSQL."""
-    connection = psycopg2.connect(settings.psycopg_dsn)
-    connection.autocommit = True
-    try:
-        with connection.cursor() as cur:
-            cur.execute(statement)
-    finally:
-        connection.close()
-
-
-def test_the_installed_wheel_upgrades_a_database_from_outside_the_checkout(settings, tmp_path) -> None:
+def test_the_installed_wheel_upgrades_a_database_from_outside_the_checkout(settings, fresh_database, tmp_path
+                                                                              ) -> None:
     wheel = _build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     for folder, patterns in (("migrations", ["*.py", "*.mako", "versions/*.py"]), ("spark_apps", ["*.py"])):
@@ -87,23 +73,19 @@ def test_the_installed_wheel_upgrades_a_database_from_outside_the_checkout(setti
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     assert not outside.resolve().is_relative_to(ROOT)
-    database = f"eosbatch_wheel_{uuid.uuid4().hex[:8]}"
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env.update(config.to_env(settings))
-    env[config.DATABASE_URL] = make_url(settings.database_url).set(database=database).render_as_string(
-        hide_password=False)
-    _on_server(settings, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
-    try:
-        def run(*args: str) -> str:
-            done = subprocess.run(list(args), cwd=outside, env=env, capture_output=True, text=True, check=False,
-                                  timeout=120)
-            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-            return done.stdout.strip()
+    env[config.DATABASE_URL] = fresh_database
 
-        imported = run(str(env_folder / "bin" / "python"), "-c", "import eosbatch; print(eosbatch.__file__)")
-        assert Path(imported).resolve().is_relative_to(env_folder.resolve()), imported
-        head = revisions.head()
-        assert run(str(env_folder / "bin" / "eosbatch"), "db", "upgrade") == f"ledger at revision {head}"
-        assert run(str(env_folder / "bin" / "eosbatch"), "db", "current") == head
-    finally:
-        _on_server(settings, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
+    def run(*args: str) -> str:
+        done = subprocess.run(list(args), cwd=outside, env=env, capture_output=True, text=True, check=False,
+                              timeout=120)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout.strip()
+
+    imported = run(str(env_folder / "bin" / "python"), "-c", "import eosbatch; print(eosbatch.__file__)")
+    assert Path(imported).resolve().is_relative_to(env_folder.resolve()), imported
+    head = revisions.head()
+    assert run(str(env_folder / "bin" / "eosbatch"), "db", "upgrade") == f"ledger at revision {head}"
+    assert run(str(env_folder / "bin" / "eosbatch"), "db", "current") == head
+

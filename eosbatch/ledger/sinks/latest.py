@@ -1,5 +1,5 @@
 """Choosing the latest row of a key, for a replace sink: inside a batch (DISTINCT ON's order, and the flag of a
-key nothing orders) and against the stored row (the upsert's DO UPDATE condition). DESIGN.md, "Choosing the
+key nothing orders) and against the stored row (the upsert's DO UPDATE condition). docs/design.md, "Choosing the
 latest row"."""
 
 from __future__ import annotations
