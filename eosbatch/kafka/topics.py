@@ -10,11 +10,16 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic
 
 from eosbatch.config import Settings
+from eosbatch.exceptions import ConfigError
 from eosbatch.kafka import clients, offsets
-from eosbatch.kafka.errors import to_eosbatch
+from eosbatch.kafka.errors import describe, error_of, to_eosbatch
 from eosbatch.kafka.exceptions import TopicExists, TopicMissing
 
 TIMEOUT = 30.0
+# The broker refused the request itself: asking again the same way is refused again (the option to change).
+REFUSED = {KafkaError.INVALID_REPLICATION_FACTOR: "--replication-factor",
+           KafkaError.INVALID_PARTITIONS: "--partitions", KafkaError.TOPIC_EXCEPTION: "NAME",
+           KafkaError.POLICY_VIOLATION: "topic create", KafkaError.INVALID_CONFIG: "topic create"}
 
 
 class CreatedTopic(NamedTuple):
@@ -32,7 +37,11 @@ def create(settings: Settings, name: str, partitions: int = 1, replication_facto
     try:
         future.result(timeout=TIMEOUT + 5)
     except KafkaException as exc:
-        if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+        error = error_of(exc)
+        code = error.code() if error is not None else None
+        if code in REFUSED:
+            raise ConfigError(REFUSED[code], f"the broker refused topic {name!r}: {describe(error)}") from None
+        if code == KafkaError.TOPIC_ALREADY_EXISTS:
             found = partition_counts(settings, [name])[name]
             if found == partitions:
                 return CreatedTopic(name, partitions, created=False)

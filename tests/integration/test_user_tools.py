@@ -33,6 +33,8 @@ def test_a_topic_is_created_and_a_file_of_json_lines_produced_into_it(settings, 
     other = s.cli("topic", "create", topic, "--partitions", "2")
     assert other.returncode == EXIT_TERMINAL
     assert "exists with 3 partition(s), not the 2 asked for" in other.stderr
+    too_many = s.cli("topic", "create", f"{topic}_rf", "--replication-factor", "3")  # a broker of one node
+    assert too_many.returncode == EXIT_TERMINAL and "ConfigError: --replication-factor: " in too_many.stderr
 
     lines = [json.dumps({"order_id": f"o-{i}", "amount": i}) for i in range(25)]
     path = tmp_path / "orders.jsonl"
@@ -42,6 +44,8 @@ def test_a_topic_is_created_and_a_file_of_json_lines_produced_into_it(settings, 
     records = read_topic(settings, topic)
     assert sorted((r.key, r.value) for r in records) == sorted(
         (f"o-{i}".encode(), line.encode()) for i, line in enumerate(lines))
+    nowhere = s.cli("produce", f"{topic}_none", str(path))
+    assert nowhere.returncode == EXIT_TERMINAL and f"topic '{topic}_none' does not exist" in nowhere.stderr
 
 
 def test_a_bad_line_is_refused_by_its_number_and_nothing_is_produced(settings, unique, tmp_path) -> None:
