@@ -12,7 +12,7 @@ import sys
 
 from eosbatch import cli_parser, commands, confirm
 from eosbatch.cli_parser import EXIT_FENCED, EXIT_TERMINAL, EXIT_TRANSIENT, EXIT_USAGE, EXIT_VIOLATION
-from eosbatch.exceptions import EosbatchError, Fenced, TerminalError
+from eosbatch.exceptions import ConfigError, EosbatchError, Fenced, TerminalError
 
 __all__ = ["EXIT_FENCED", "EXIT_TERMINAL", "EXIT_TRANSIENT", "EXIT_USAGE", "EXIT_VIOLATION", "main"]
 
@@ -132,6 +132,8 @@ def _command(args: argparse.Namespace) -> int:
             _print_ranges(coverage)
     elif args.command == "airflow":
         _airflow(args.action)
+    elif args.command in ("topic", "produce", "pipelines", "check"):
+        return _user_tools(args)
     elif args.command == "verify":
         audit = commands.verify(args.pipeline, recompute=not args.no_recompute, log=_to_stderr,
                                 batch_id=args.batch_id)
@@ -158,6 +160,50 @@ def _command(args: argparse.Namespace) -> int:
         print(f"dry run: nothing changed; {len(aborted)} batch(es) would be aborted" if args.dry_run
               else f"aborted {len(aborted)} batch(es)")
     return 0
+
+
+def _user_tools(args: argparse.Namespace) -> int:
+    if args.command == "topic":
+        made = commands.topic_create(args.name, args.partitions, args.replication_factor)
+        print(f"topic {made.name}: {'created' if made.created else 'exists already'} with {made.partitions} "
+              "partition(s)")
+    elif args.command == "produce":
+        committed = _produce(args)
+        print(f"{committed} record(s) committed to {args.topic}")
+    elif args.command == "pipelines":
+        found = commands.pipelines()
+        _print_json(found) if args.json else _print_pipelines(found)
+    else:
+        checks = commands.check(args.pipeline)
+        ok = all(c.ok for c in checks)
+        if args.json:
+            _print_json({"pipeline": args.pipeline, "ok": ok, "checks": [c._asdict() for c in checks]})
+        else:
+            for c in checks:
+                print(c.line())
+            print(f"{args.pipeline}: {'ready' if ok else 'NOT READY'}")
+        return 0 if ok else EXIT_VIOLATION
+    return 0
+
+
+def _print_pipelines(found: list) -> None:  # type: ignore[type-arg]
+    if not found:
+        print("no pipelines registered (set EOSBATCH_PIPELINES to your pipeline modules)", file=sys.stderr)
+    for p in found:
+        output = f" -> {p['output_topic']}" if p["output_topic"] else ""
+        print(f"{p['name']}: {', '.join(p['source_topics'])} -> {p['sink']['table']} ({p['sink']['mode']}, "
+              f"key {', '.join(p['sink']['key'])}){output}")
+
+
+def _produce(args: argparse.Namespace) -> int:
+    if args.file == "-":
+        return commands.produce(args.topic, sys.stdin, args.key_field, args.per_transaction, args.transactional_id)
+    try:
+        with open(args.file, encoding="utf-8") as lines:
+            return commands.produce(args.topic, lines, args.key_field, args.per_transaction,
+                                    args.transactional_id)
+    except OSError as exc:
+        raise ConfigError("FILE", f"cannot read {args.file}: {exc.strerror}") from None
 
 
 def _stack(args: argparse.Namespace) -> None:

@@ -8,14 +8,15 @@ import sys
 from importlib import metadata
 from typing import NoReturn
 
-# 1: `verify` found a violation; 2: terminal (retrying cannot help); 3: transient (retry);
+# 1: `verify` found a violation (or a `check` failed); 2: terminal (retrying cannot help); 3: transient (retry);
 # 4: fenced (another runner owns the pipeline or the batch now and finishes it; this one changed nothing).
 EXIT_VIOLATION, EXIT_TERMINAL, EXIT_TRANSIENT, EXIT_FENCED = 1, 2, 3, 4
 # A usage error (bad arguments, a destructive command not confirmed) is terminal: Airflow must not retry it.
 EXIT_USAGE = EXIT_TERMINAL
 
-EXIT_CODES = ("exit codes: 0 done, 1 verify found a violation, 2 terminal error or usage error (retrying cannot "
-              "help), 3 transient error (retry), 4 fenced (another runner owns the pipeline or batch now)")
+EXIT_CODES = ("exit codes: 0 done, 1 verify found a violation or a check failed, 2 terminal error or usage error "
+              "(retrying cannot help), 3 transient error (retry), 4 fenced (another runner owns the pipeline or "
+              "batch now)")
 
 
 class Parser(argparse.ArgumentParser):
@@ -115,6 +116,7 @@ def parser() -> Parser:
     abort.add_argument("pipeline")
     abort.add_argument("batch_id", nargs="?", type=int)
     _dry_run(abort, "print the batches that would be aborted; change nothing")
+    _user_tools(sub)
     # ---- airflow: a local Airflow on the stack (eosbatch.orchestration.local)
     airflow_cmd = sub.add_parser("airflow", help="a local Airflow (API server, scheduler, DAG processor)",
                                  description="A local Airflow on the stack.")
@@ -158,6 +160,44 @@ def _db(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     downgrade.add_argument("revision", nargs="?", default="base")
     _yes(downgrade)
     actions.add_parser("current", help="the ledger's revision", description="Print the ledger's revision.")
+
+
+def _user_tools(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """The commands a new user starts with: a topic, data in it, the pipelines and whether one is ready."""
+    topic = sub.add_parser("topic", help="Kafka topics (the embedded broker does not create them on first use)",
+                           description="Kafka topics, on the broker the settings name (EOSBATCH_KAFKA_BOOTSTRAP).")
+    actions = topic.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = actions.add_parser("create", help="create a topic (an existing one with the same partitions is fine)",
+                                description="Create a topic. One that exists with the same partitions is fine; "
+                                            "with other partitions it is an error naming both counts.")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=1, metavar="N", help="default: 1")
+    create.add_argument("--replication-factor", type=int, default=1, metavar="R", help="default: 1")
+    produce = sub.add_parser("produce", help="produce a file of JSON lines into a topic, in Kafka transactions",
+                             description="Produce JSON lines (one JSON object a line, the line is the value) into "
+                                         "a topic, a Kafka transaction per --per-transaction lines. Every line is "
+                                         "checked first: a line that is not a JSON object (or lacks the --key "
+                                         "field) is refused naming its number, and nothing is produced.")
+    produce.add_argument("topic")
+    produce.add_argument("file", metavar="FILE", help="the JSON lines file, or - for stdin")
+    produce.add_argument("--key", dest="key_field", metavar="FIELD",
+                         help="key each record by this field of its object (default: no key)")
+    produce.add_argument("--per-transaction", type=int, default=1000, metavar="N",
+                         help="lines per Kafka transaction (default: 1000)")
+    produce.add_argument("--transactional-id", metavar="ID",
+                         help="the producer's transactional.id (default: eosbatch-produce.<topic>; two runs "
+                              "into one topic at once need different ones)")
+    pipelines = sub.add_parser("pipelines", help="list the registered pipelines",
+                               description="The pipelines of the modules in EOSBATCH_PIPELINES: name, source "
+                                           "topics, sink table and mode, output topic.")
+    _json(pipelines)
+    check = sub.add_parser("check", help="a preflight of a pipeline, without running a batch",
+                           description="Checks, without running a batch: the pipeline's module imports, its source "
+                                       "and output topics exist (with their partitions), the ledger is at the "
+                                       "head revision, and the sink table (if it exists) has the key's unique "
+                                       "index. Exit 0 when every check holds, 1 when one fails.")
+    check.add_argument("pipeline")
+    _json(check)
 
 
 def _json(command: argparse.ArgumentParser) -> None:

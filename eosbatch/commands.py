@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from eosbatch import backfill as history
-from eosbatch import config, registry, running, steps
+from eosbatch import config, preflight, registry, running, steps
 from eosbatch.context import Context
 from eosbatch.exceptions import ConfigError
-from eosbatch.kafka import offsets
+from eosbatch.kafka import json_lines, offsets, topics
 from eosbatch.ledger import cleanup, lanes, migrate, positions, store
 from eosbatch.protocol import sources
 from eosbatch.protocol.recovery import recovery_action
@@ -93,6 +93,38 @@ def db_downgrade(revision: str) -> str | None:
 
 def db_current() -> str | None:
     return migrate.current(config.load().database_url)
+
+
+def topic_create(name: str, partitions: int = 1, replication_factor: int = 1) -> topics.CreatedTopic:
+    """Create a topic on the broker the settings name (EOSBATCH_KAFKA_BOOTSTRAP); the same topic existing is
+    fine, one with other partitions an error naming both counts."""
+    for option, value in (("--partitions", partitions), ("--replication-factor", replication_factor)):
+        if value < 1:
+            raise ConfigError(option, f"must be at least 1, got {value}")
+    return topics.create(config.load(), name, partitions, replication_factor)
+
+
+def produce(topic: str, lines: Iterable[str], key_field: str | None = None, per_transaction: int = 1000,
+            transactional_id: str | None = None) -> int:
+    """JSON lines into `topic` in Kafka transactions, after checking every line (json_lines.BadLine names
+    the first bad one, and nothing is produced); the number of records committed."""
+    records = json_lines.parse(lines, key_field)
+    if not records:
+        return 0
+    return json_lines.produce(config.load(), topic, records, per_transaction, transactional_id)
+
+
+def pipelines() -> list[dict[str, Any]]:
+    """The registered pipelines (EOSBATCH_PIPELINES and those registered by hand), by name."""
+    return [{"name": p.name, "source_topics": list(p.source.topics),
+             "sink": {"table": f"{p.sink.schema}.{p.sink.table}", "key": list(p.sink.key), "mode": p.sink.mode},
+             "output_topic": p.output.topic if p.output is not None else None, "schedule": p.schedule}
+            for _, p in sorted(registry.load().items())]
+
+
+def check(pipeline: str) -> list[preflight.Check]:
+    """The preflight of a pipeline (eosbatch.preflight), without running a batch."""
+    return preflight.run(pipeline)
 
 
 def run(pipeline: str, max_batches: int | None = None, log: Log = print, overlap: bool | None = None

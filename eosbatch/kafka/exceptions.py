@@ -38,3 +38,7 @@ class TopicMissing(TerminalError):
 class TopicChanging(TransientError):
     """A source topic's ID changed while a plan read its offsets (deleted and recreated meanwhile): the
     offsets read may belong to either topic, so nothing is planned; the next plan sees which one is there."""
+
+
+class TopicExists(TerminalError):
+    """`topic create` found the topic with another number of partitions than it was asked for."""

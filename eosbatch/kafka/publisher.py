@@ -10,7 +10,7 @@ import contextlib
 import enum
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -186,8 +186,21 @@ class TransactionalPublisher:
         producer = self._producer
         assert producer is not None
         group_metadata = marker.consumer(settings, group).consumer_group_metadata()
+        self._commit(lambda: producer.send_offsets_to_transaction(marker.offsets_for(ranges, metadata),
+                                                                  group_metadata, TIMEOUT), group)
+
+    def commit_records(self) -> None:
+        """Commit the records produced in this transaction, with no marker (`eosbatch produce`)."""
+        self._require(TxnState.IN_TXN)
+        self._commit(None, None)
+
+    def _commit(self, send_marker: Callable[[], None] | None, group: str | None) -> None:
+        producer = self._producer
+        assert producer is not None
+        on_group = f", READ on Group {group}" if group else ""
         try:
-            producer.send_offsets_to_transaction(marker.offsets_for(ranges, metadata), group_metadata, TIMEOUT)
+            if send_marker is not None:
+                send_marker()
             producer.commit_transaction(TIMEOUT)
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
@@ -200,11 +213,12 @@ class TransactionalPublisher:
                         raise  # else the refusal is what the operator must read, not the failed abort
                 if refused is not None:  # a record or the transaction was refused: retrying refuses it again
                     raise self._fail(KafkaException(refused), f"producing to {self._topic}",
-                                     f"WRITE on Topic {self._topic}, READ on Group {group}") from exc
+                                     f"WRITE on Topic {self._topic}{on_group}") from exc
                 raise KafkaUnavailable(f"{self.owner}: commit_transaction: aborted, retry the publish: "
                                        f"{error.str()}") from exc
-            raise self._fail(exc, "commit_transaction", f"READ on Group {group} (the marker) and WRITE on "
-                                                        f"TransactionalId {self._transactional_id}") from exc
+            marker_needs = f"READ on Group {group} (the marker) and " if group else ""
+            raise self._fail(exc, "commit_transaction", f"{marker_needs}WRITE on TransactionalId "
+                                                        f"{self._transactional_id}") from exc
         self.state = TxnState.READY
 
     def abort(self) -> None:

@@ -1,0 +1,66 @@
+"""Topics as a user makes them: create one (the embedded broker does not create topics on first use), and
+read how many partitions each of some topics has, None for a topic that does not exist."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import NewTopic
+
+from eosbatch.config import Settings
+from eosbatch.exceptions import ConfigError
+from eosbatch.kafka import clients, offsets
+from eosbatch.kafka.errors import describe, error_of, to_eosbatch
+from eosbatch.kafka.exceptions import TopicExists, TopicMissing
+
+TIMEOUT = 30.0
+# The broker refused the request itself: asking again the same way is refused again (the option to change).
+REFUSED = {KafkaError.INVALID_REPLICATION_FACTOR: "--replication-factor",
+           KafkaError.INVALID_PARTITIONS: "--partitions", KafkaError.TOPIC_EXCEPTION: "NAME",
+           KafkaError.POLICY_VIOLATION: "topic create", KafkaError.INVALID_CONFIG: "topic create"}
+
+
+class CreatedTopic(NamedTuple):
+    name: str
+    partitions: int
+    created: bool  # False: it existed already, with these partitions
+
+
+def create(settings: Settings, name: str, partitions: int = 1, replication_factor: int = 1) -> CreatedTopic:
+    """Create `name` with `partitions`. A topic of that name with the same partitions is fine (created=False);
+    with other partitions it is TopicExists, naming both counts."""
+    client = clients.admin(settings)
+    future = client.create_topics([NewTopic(name, partitions, replication_factor)],
+                                  request_timeout=TIMEOUT)[name]
+    try:
+        future.result(timeout=TIMEOUT + 5)
+    except KafkaException as exc:
+        error = error_of(exc)
+        code = error.code() if error is not None else None
+        if code in REFUSED:
+            raise ConfigError(REFUSED[code], f"the broker refused topic {name!r}: {describe(error)}") from None
+        if code == KafkaError.TOPIC_ALREADY_EXISTS:
+            found = partition_counts(settings, [name])[name]
+            if found == partitions:
+                return CreatedTopic(name, partitions, created=False)
+            raise TopicExists(f"topic {name!r} exists with {found} partition(s), not the {partitions} asked "
+                              "for") from None
+        raise to_eosbatch(exc, f"creating topic {name!r}", settings.kafka_bootstrap,
+                          needs=f"CREATE on Topic {name}") from exc
+    return CreatedTopic(name, partitions, created=True)
+
+
+def partition_counts(settings: Settings, topics: Iterable[str]) -> dict[str, int | None]:
+    """Each topic's number of partitions; None for a topic that does not exist."""
+    client = clients.admin(settings)
+    counts: dict[str, int | None] = {}
+    for name in dict.fromkeys(topics):
+        try:
+            described = offsets.describe(client, [name], bootstrap=settings.kafka_bootstrap)
+        except TopicMissing:
+            counts[name] = None
+            continue
+        counts[name] = len(described[name].partitions)
+    return counts
