@@ -45,10 +45,6 @@ Log = Callable[[str], None]
 MAX_CONFLICTS = 3  # a batch lost a race with another runner: plan again, a few times
 
 
-def _quiet(_: str) -> None:
-    pass
-
-
 # ---------------------------------------------------------------- the request
 
 def parse_time(field: str, text: str) -> int:
