@@ -11,17 +11,17 @@ from urllib.parse import unquote, urlsplit
 from eosbatch.exceptions import ConfigError
 from eosbatch.spark_kafka_options import Unsupported, reader_options
 
-DATABASE_URL = "EOSBATCH_DATABASE_URL"
-KAFKA_BOOTSTRAP = "EOSBATCH_KAFKA_BOOTSTRAP"
-KAFKA_CONFIG = "EOSBATCH_KAFKA_CONFIG"
-SPARK_MASTER = "EOSBATCH_SPARK_MASTER"
+DATABASE_URL = "EOSBATCH_DATABASE_URL"  # the ledger and sinks: postgresql+psycopg2://user:password@host:port/db
+KAFKA_BOOTSTRAP = "EOSBATCH_KAFKA_BOOTSTRAP"  # host:port[,host:port] of the Kafka brokers
+KAFKA_CONFIG = "EOSBATCH_KAFKA_CONFIG"  # a JSON object of librdkafka settings for every client (security, tuning)
+SPARK_MASTER = "EOSBATCH_SPARK_MASTER"  # without a Connect server: spark-submit per batch on this master
 SPARK_REMOTE = "EOSBATCH_SPARK_REMOTE"  # sc://host:port of a Spark Connect server: the long-lived engine
 SPARK_JARS = "EOSBATCH_SPARK_JARS"      # the Kafka connector jars for spark-submit (comma-separated paths)
-PIPELINES = "EOSBATCH_PIPELINES"
-MARKER_RETENTION = "EOSBATCH_MARKER_RETENTION_MINUTES"
-TRANSACTION_TIMEOUT = "EOSBATCH_TRANSACTION_TIMEOUT_MS"
-CONNECT_TIMEOUT = "EOSBATCH_CONNECT_TIMEOUT_S"
-LOG_DIR = "EOSBATCH_LOG_DIR"
+PIPELINES = "EOSBATCH_PIPELINES"  # comma-separated modules whose Pipeline globals (or PIPELINES list) are found
+MARKER_RETENTION = "EOSBATCH_MARKER_RETENTION_MINUTES"  # must match the broker's offsets.retention.minutes
+TRANSACTION_TIMEOUT = "EOSBATCH_TRANSACTION_TIMEOUT_MS"  # > the longest publish, <= transaction.max.timeout.ms
+CONNECT_TIMEOUT = "EOSBATCH_CONNECT_TIMEOUT_S"  # how long to wait for Kafka or PostgreSQL to answer
+LOG_DIR = "EOSBATCH_LOG_DIR"  # librdkafka's log (kafka.log), spark-submit drivers' logs; else default_log_dir()
 STAGING_WRITERS = "EOSBATCH_STAGING_WRITERS"  # at most this many Spark tasks stage a batch (PostgreSQL connections)
 COMPACT_EVERY = "EOSBATCH_COMPACT_EVERY"  # compact the ledger after every N-th commit of a pipeline (0: never)
 COMPACT_AFTER_DAYS = "EOSBATCH_COMPACT_AFTER_DAYS"  # ... of the published batches committed longer ago than this
@@ -57,7 +57,7 @@ def marker_retention_seconds(env: dict[str, str] | None = None) -> float:
     if not _digits(raw) or int(raw) < 1:
         raise ConfigError(MARKER_RETENTION, f"must be a whole number of minutes >= 1, got {raw!r}")
     return int(raw) * 60.0
-LEASE_SECONDS = "EOSBATCH_LEASE_SECONDS"
+LEASE_SECONDS = "EOSBATCH_LEASE_SECONDS"  # one runner per lane: how long a lease outlives its last renewal
 DEFAULT_LEASE_SECONDS = 60.0
 MIN_LEASE_SECONDS = 1.0
 

@@ -106,6 +106,7 @@ def sink_asset(pipeline: Pipeline, settings: Settings | None = None) -> Any:
 
 
 def output_asset(pipeline: Pipeline, settings: Settings | None = None) -> Any:
+    """The output topic as an Asset, to schedule a downstream DAG on: `schedule=[output_asset(pipeline)]`."""
     from airflow.sdk import Asset
 
     from eosbatch import config

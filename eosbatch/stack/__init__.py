@@ -50,7 +50,7 @@ class StackInfo(NamedTuple):
 
 
 def home() -> Path:
-    explicit = os.environ.get("EOSBATCH_HOME")
+    explicit = os.environ.get("EOSBATCH_HOME")  # the stack's state, logs and caches; unset: .eosbatch in the checkout
     if explicit:
         return Path(explicit).resolve()
     return Path(__file__).resolve().parents[2] / ".eosbatch"

@@ -48,7 +48,7 @@ orders_latest = Pipeline(
 )
 
 # Started at the end of `orders`: it sees only what arrives after its first run, and its history comes
-# in through `eosbatch backfill` (see README: "Backfill and replay").
+# in through `eosbatch backfill` (see docs/how-to/backfill.md).
 order_totals_live = Pipeline(
     name="order_totals_live",
     source=KafkaSource(topics=["orders"], max_records_per_batch=8_000, value_schema=ORDER_SCHEMA,

@@ -26,7 +26,7 @@ SOURCES = ["pyproject.toml", "README.md", "eosbatch", "migrations", "spark_apps"
 
 
 def _build_wheel(work: Path) -> Path:
-    """`pip wheel`, as README says, on a copy of the sources (the links in eosbatch/package-data/ kept as
+    """`pip wheel`, as the docs say, on a copy of the sources (the links in eosbatch/package-data/ kept as
     links), so the build leaves nothing in the checkout. With build isolation: pip brings the setuptools that
     pyproject.toml asks for (this environment's may be older)."""
     source = work / "source"

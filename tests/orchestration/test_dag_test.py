@@ -124,7 +124,7 @@ with DAG(dag_id="users_own_{pipeline}", schedule=None, start_date=datetime(2024,
         return "upstream work"
 
     @task
-    def report(counts: dict) -> dict:  # as the README shows it
+    def report(counts: dict) -> dict:  # as docs/airflow.md shows it
         assert get_current_context()["ti"].xcom_pull(task_ids="eosbatch.done") == counts
         return counts
 
