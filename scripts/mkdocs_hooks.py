@@ -7,7 +7,7 @@ they cannot drift from it. Nothing is written into docs/: the pages exist only i
 - reference/cli.md: every command and action of the `eosbatch` parser (eosbatch/cli_parser.py), as its own
   `--help` prints it.
 - index.md: README.md, its links into docs/ made relative to docs/ (a link elsewhere in the repository becomes
-  its path as text), so the home page is the README and MkDocs checks the README's links too.
+  its path as text, checked to exist), so the home page is the README and the build checks the README's links.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import ast
 import io
+import logging
 import os
 import re
 import sys
@@ -26,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "eosbatch" / "config.py"
 # Where the development stack and the local Airflow read their ports (`_port("EOSBATCH_...", default)`).
 STACK_SOURCES = [ROOT / "eosbatch" / "stack" / "__init__.py", ROOT / "eosbatch" / "orchestration" / "local.py"]
-HELP_WIDTH = "110"  # argparse wraps to $COLUMNS: fixed, so the page does not depend on the terminal
+HELP_WIDTH = "110"
+log = logging.getLogger("mkdocs.hooks.eosbatch")  # argparse wraps to $COLUMNS: fixed, so the page does not depend on the terminal
 
 
 def on_files(files: Any, config: Any) -> Any:
@@ -51,7 +53,9 @@ def _home_link(match: re.Match[str]) -> str:
         return match[0]
     if target.startswith("docs/"):
         return f"[{text}]({target.removeprefix('docs/')})"
-    return f"{text} (`{target}`)"
+    if not (ROOT / target.split("#")[0]).exists():  # a warning fails the --strict build, as a dead link does
+        log.warning("README.md links to %s, which does not exist", target)
+    return f"`{target}`" if text.strip("`") == target else f"{text} (`{target}`)"
 
 
 def home_page() -> str:
