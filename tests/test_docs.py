@@ -109,6 +109,18 @@ def test_every_eosbatch_command_the_docs_show_parses() -> None:
     assert not refused, "\n".join(refused)
 
 
+@pytest.mark.unit
+def test_the_pipeline_page_defines_a_pipeline_as_written() -> None:
+    from eosbatch import Pipeline
+
+    blocks = re.findall(r"^```python\n(.*?)^```", (ROOT / "docs" / "pipelines.md").read_text(), re.S | re.M)
+    found: dict = {}
+    exec(compile(blocks[0], "docs/pipelines.md", "exec"), found)  # the page's own code, as written
+    pipeline = found["pipeline"]
+    assert isinstance(pipeline, Pipeline) and pipeline.transform is found["to_totals"]
+    assert pipeline.sink.mode == "accumulate" and pipeline.output is not None
+
+
 @pytest.mark.integration
 @pytest.mark.spark
 def test_the_readme_quickstart_runs_as_written(settings, tmp_path) -> None:
