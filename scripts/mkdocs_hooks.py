@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "eosbatch" / "config.py"
 # Where the development stack and the local Airflow read their ports (`_port("EOSBATCH_...", default)`).
 STACK_SOURCES = [ROOT / "eosbatch" / "stack" / "__init__.py", ROOT / "eosbatch" / "orchestration" / "local.py"]
-HELP_WIDTH = "110"
-log = logging.getLogger("mkdocs.hooks.eosbatch")  # argparse wraps to $COLUMNS: fixed, so the page does not depend on the terminal
+HELP_WIDTH = "110"  # argparse wraps to $COLUMNS: fixed, so the page does not depend on the terminal
+log = logging.getLogger("mkdocs.hooks.eosbatch")
 
 
 def on_files(files: Any, config: Any) -> Any:
