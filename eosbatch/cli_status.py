@@ -41,7 +41,8 @@ def print_every(every: list) -> None:  # type: ignore[type-arg]
         b = p["last_batch"]
         last = (f"{b['id']:<10} {b['kind']:<9} {b['state']:<10} {str(b['records_read']):>8} {str(b['sink_rows']):>8} "
                 f"{str(b['dead_letters']):>6}  {b['updated']}") if b else "-"
-        print(f"{p['pipeline']:<28} {str(p['lag']):>10}  {last}")
+        lag = "-" if p["lag"] is None else str(p["lag"])
+        print(f"{p['pipeline']:<28} {lag:>10}  {last}")
         if p["error"]:
             print(f"  ERROR: {p['error']}")
         print_lanes(p["lanes"])
