@@ -5,6 +5,8 @@ exporter appending JSON lines to a file, EOSBATCH_METRICS=file:PATH) match the l
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,32 +15,57 @@ import pytest
 from eosbatch import config, metrics
 from eosbatch.kafka import offsets
 from eosbatch.ledger import store
-from tests.scenario import Scenario
+from tests.scenario import ROOT, Scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
-Points = dict[tuple[str, frozenset[tuple[str, Any]]], dict[str, Any]]
+Points = dict[tuple[str, str, frozenset[tuple[str, Any]]], dict[str, Any]]
+# An Airflow task of the micro-batch DAG, as its task process runs it (tasks.batch_task's functions), ending as
+# that process ends: by os._exit, which runs no exit handler.
+TASK = """
+import json, os, sys
+from eosbatch.orchestration import tasks
+name, pipeline, *args = sys.argv[1:]
+print(json.dumps(getattr(tasks, name)(pipeline, *map(json.loads, args), owner=tasks.run_owner("dag", "run"))))
+sys.stdout.flush()
+os._exit(0)
+"""
 
 
 def exported(path: Path) -> Points:
-    """Every data point the exporter wrote, by (metric, attributes): the newest one of each (the SDK exports
-    cumulative sums and histograms, so the newest is the process's total)."""
+    """Every data point the exporter wrote, by (process, metric, attributes): the newest one of each (the SDK
+    exports cumulative sums and histograms, so the newest is that process's total)."""
     found: Points = {}
     for line in path.read_text().splitlines():
         for resource in json.loads(line)["resource_metrics"]:
             assert resource["resource"]["attributes"]["service.name"] == "eosbatch"
+            process = resource["resource"]["attributes"]["service.instance.id"]
             for scope in resource["scope_metrics"]:
                 assert scope["scope"]["name"] == metrics.METER
                 for metric in scope["metrics"]:
                     for point in metric["data"]["data_points"]:
-                        found[metric["name"], frozenset(point["attributes"].items())] = point
+                        found[process, metric["name"], frozenset(point["attributes"].items())] = point
     return found
 
 
 def of(points: Points, name: str, **attributes: Any) -> list[dict[str, Any]]:
     """The points of metric `name` whose attributes include `attributes`, each with its attributes."""
-    return [{**point, "attributes": dict(attrs)} for (metric, attrs), point in points.items()
+    return [{**point, "attributes": dict(attrs)} for (_, metric, attrs), point in points.items()
             if metric == name and set(attributes.items()) <= attrs]
+
+
+def ledger_counts(settings: config.Settings, pipeline: str) -> tuple[int, int, int, int]:
+    """The published batches of `pipeline`, and the records they read, their sink rows and dead letters."""
+    with store.transaction(settings) as cur:
+        cur.execute("SELECT count(*), sum(records_read), sum(sink_rows), sum(dead_letters) FROM eosbatch.batches "
+                    "WHERE pipeline = %s AND state = 'published'", (pipeline,))
+        return tuple(cur.fetchone())  # type: ignore[return-value]
+
+
+def counted(points: list[Points], pipeline: str) -> tuple[int, ...]:
+    return tuple(sum(p["value"] for found in points for p in of(found, name, pipeline=pipeline, kind="regular"))
+                 for name in (metrics.BATCHES_COMMITTED, metrics.RECORDS_READ, metrics.SINK_ROWS,
+                              metrics.DEAD_LETTERS))
 
 
 def test_a_run_exports_its_lag_step_durations_and_counts_as_the_ledger_has_them(settings, unique, tmp_path):
@@ -63,18 +90,9 @@ def test_a_run_exports_its_lag_step_durations_and_counts_as_the_ledger_has_them(
     status = json.loads(scenario.cli("status", scenario.pipeline, "--json").stdout)
     assert lag[1] == {p["partition"]: p["lag"] for p in status["partitions"]} == {tp: 0 for tp in stable}
 
-    with store.transaction(settings) as cur:
-        cur.execute("SELECT count(*), sum(records_read), sum(sink_rows), sum(dead_letters) FROM eosbatch.batches "
-                    "WHERE pipeline = %s AND state = 'published'", (scenario.pipeline,))
-        batches, read, sink_rows, dead = cur.fetchone()
+    batches, read, sink_rows, dead = ledger_counts(settings, scenario.pipeline)
     assert batches >= 2 and dead > 0  # 2400 records in batches of 1500; the generator writes malformed ones
-
-    def total(name: str) -> int:
-        return sum(p["value"] for points in runs for p in of(points, name, pipeline=scenario.pipeline,
-                                                               kind="regular"))
-
-    assert (total(metrics.BATCHES_COMMITTED), total(metrics.RECORDS_READ), total(metrics.SINK_ROWS),
-            total(metrics.DEAD_LETTERS)) == (batches, read, sink_rows, dead)
+    assert counted(runs, scenario.pipeline) == (batches, read, sink_rows, dead)
 
     # One duration per step and batch; plan also once more per run, when it finds nothing left to do.
     def durations(step: str) -> list[dict[str, Any]]:
@@ -134,3 +152,28 @@ def test_a_terminal_error_is_counted_and_status_shows_every_pipeline_with_its_bl
     text = scenario.cli("status")
     assert text.returncode == 0, text.stderr[-2000:]
     assert f"BLOCKED regular lane batch {batch_id}: " in text.stdout
+
+
+def test_the_airflow_tasks_export_their_steps_before_their_process_ends(settings, unique, tmp_path):
+    """The DAG's tasks, each in a process of its own that ends by os._exit as Airflow's task processes do: each
+    exports its step (the task flushes the meter provider) and the commit's counts, as the ledger has them."""
+    scenario = Scenario(settings, unique, "totals", records=600, batch=1500)
+    path = tmp_path / "tasks.jsonl"
+    scenario.env_overrides = {config.METRICS: f"file:{path}"}
+
+    def task(name: str, *args: Any) -> Any:
+        done = subprocess.run([sys.executable, "-c", TASK, name, scenario.pipeline, *map(json.dumps, args)],
+                              env=scenario.env(), capture_output=True, text=True, timeout=600, cwd=ROOT)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.splitlines()[-1])
+
+    batch = task("plan")
+    task("process", batch)
+    task("commit", batch)
+    task("finalize", batch, task("publish", batch))
+    points = exported(path)
+    steps = {p["attributes"]["step"]: p["count"] for p in of(points, metrics.STEP_DURATION,
+                                                               pipeline=scenario.pipeline)}
+    assert steps == {"plan": 1, "process": 1, "commit": 1, "publish": 1, "finalize": 1}
+    assert counted([points], scenario.pipeline) == ledger_counts(settings, scenario.pipeline)
+    assert ledger_counts(settings, scenario.pipeline)[0] == 1
