@@ -24,7 +24,8 @@ from eosbatch.config import METRICS, Settings
 from eosbatch.exceptions import ConfigError
 from eosbatch.metrics import METER, NO_METRICS, Metrics
 
-_PROVIDERS: dict[tuple[int, str], tuple[Any, Metrics]] = {}  # (pid, target) -> (SDK MeterProvider, its metrics)
+# (pid, target) -> (eosbatch's own SDK MeterProvider, None for the global one; the instruments of its meter)
+_PROVIDERS: dict[tuple[int, str], tuple[Any, Metrics]] = {}
 
 
 def _version() -> str:
@@ -41,19 +42,19 @@ def metrics(settings: Settings) -> Metrics:
     target = settings.metrics
     if target == "none":
         return NO_METRICS
-    if target == "global":  # a proxy: follows a provider set later (Airflow sets its own when its metrics start)
-        return Metrics(otel.get_meter(METER, _version()))
     key = (os.getpid(), target)
     if key not in _PROVIDERS:
-        provider = _provider(target)
-        _PROVIDERS[key] = (provider, Metrics(provider.get_meter(METER, _version())))
+        # global: the API's proxy meter, which follows a provider set later (Airflow sets its own at task start)
+        provider = None if target == "global" else _provider(target)
+        meter = otel.get_meter(METER, _version()) if provider is None else provider.get_meter(METER, _version())
+        _PROVIDERS[key] = (provider, Metrics(meter))
     return _PROVIDERS[key][1]
 
 
 def flush(timeout_ms: int = 10_000) -> None:
     """Export what was measured now: before a process ends without running its exit handlers."""
     for (pid, _), (provider, _) in list(_PROVIDERS.items()):
-        if pid == os.getpid():
+        if pid == os.getpid() and provider is not None:
             provider.force_flush(timeout_ms)
     found = otel.get_meter_provider()
     if hasattr(found, "force_flush"):  # the global SDK provider (Airflow's), when one is set

@@ -3,7 +3,10 @@ own in-memory reader), the lanes `eosbatch status` calls blocked or failing, and
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -140,3 +143,33 @@ def test_the_monitoring_page_documents_every_metric_and_the_setting():
         assert re.search(rf"`{re.escape(name)}`", page), name
     for setting in (config.METRICS, *(f"`{t}`" for t in config.METRICS_TARGETS), "`file:"):
         assert setting in page
+
+
+def test_global_measures_with_the_provider_the_process_sets_even_later():
+    """What Airflow does with `[metrics] otel_on`: it sets the global MeterProvider as its task starts; the
+    steps' measurements go to it, whether the meter was handed in before or after (a fresh interpreter: the
+    global provider can be set once per process)."""
+    probe = """
+import json
+from opentelemetry import metrics as otel
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from eosbatch import config, telemetry
+settings = config.load({config.DATABASE_URL: "postgresql://eos@127.0.0.1:5432/e", config.KAFKA_BOOTSTRAP: "h:1"})
+before = telemetry.metrics(settings)
+reader = InMemoryMetricReader()
+otel.set_meter_provider(MeterProvider(metric_readers=[reader]))
+with before.step("orders", "plan"):
+    pass
+telemetry.metrics(settings).committed("orders", "regular", 7, 5, 1)
+telemetry.flush()
+found = {m.name: [p.attributes.get("step", p.attributes.get("kind")) for p in m.data.data_points]
+         for r in reader.get_metrics_data().resource_metrics for s in r.scope_metrics for m in s.metrics}
+print(json.dumps(found, sort_keys=True))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          cwd=DOC.parents[1])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        metrics.STEP_DURATION: ["plan"], metrics.BATCHES_COMMITTED: ["regular"], metrics.RECORDS_READ: ["regular"],
+        metrics.SINK_ROWS: ["regular"], metrics.DEAD_LETTERS: ["regular"]}
