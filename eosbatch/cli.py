@@ -10,7 +10,7 @@ import os
 import shlex
 import sys
 
-from eosbatch import cli_parser, commands, confirm
+from eosbatch import cli_parser, cli_status, commands, confirm
 from eosbatch.cli_parser import EXIT_FENCED, EXIT_TERMINAL, EXIT_TRANSIENT, EXIT_USAGE, EXIT_VIOLATION
 from eosbatch.exceptions import ConfigError, EosbatchError, Fenced, TerminalError
 
@@ -44,23 +44,6 @@ def _print_cluster(info: commands.StackInfo) -> None:
         print(f"  worker-{i}: pid={pid or 'stopped'}")
     print(f"  connect:  {info.spark_cluster_remote} pid={info.spark_cluster_connect_pid or 'stopped'} "
           f"(Spark Connect, master {cluster.master_url})")
-
-
-def _print_status(report: dict) -> None:  # type: ignore[type-arg]
-    print(f"pipeline {report['pipeline']}")
-    print(f"  {'partition':<24} {'next':>10} {'LSO':>10} {'lag':>8}")
-    for p in report["partitions"]:
-        print(f"  {p['partition']:<24} {str(p['next_offset']):>10} {p['last_stable_offset']:>10} {str(p['lag']):>8}")
-    for problem in report.get("source_problems", []):
-        print(f"  STOPPED: {problem}")
-    for r in report.get("resets", []):
-        print(f"  reset {r['id']} at {r['at']}: {r['reset']} ({r['reason']})")
-    print(f"  {'batch':>6} {'kind':<9} {'state':<10} {'read':>8} {'sink':>8} {'dead':>6} {'out':>8}  ranges")
-    for b in report["batches"]:
-        print(f"  {b['id']:>6} {b['kind']:<9} {b['state']:<10} {str(b['records_read']):>8} {str(b['sink_rows']):>8} "
-              f"{str(b['dead_letters']):>6} {str(b['published']):>8}  {' '.join(b['ranges'])}")
-        if b["error"]:
-            print(f"         error: {b['error']}")
 
 
 def _print_ranges(report: list) -> None:  # type: ignore[type-arg]
@@ -107,9 +90,12 @@ def _command(args: argparse.Namespace) -> int:
         else:
             print(f"{summary.batches} batches: {summary.records_read} records read, {summary.sink_rows} sink rows, "
                   f"{summary.dead_letters} dead letters, {summary.published} records published")
+    elif args.command == "status" and args.pipeline is None:
+        every = commands.status_all()
+        _print_json(every) if as_json else cli_status.print_every(every)
     elif args.command == "status":
         report = commands.status(args.pipeline)
-        _print_json(report) if as_json else _print_status(report)
+        _print_json(report) if as_json else cli_status.print_one(report)
     elif args.command == "backfill":
         _backfill(args)
     elif args.command == "replay":

@@ -48,9 +48,12 @@ def parser() -> Parser:
     run.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
                      help="process batch N+1 while N commits and N-1 publishes (default: EOSBATCH_OVERLAP)")
     _json(run)
-    status = sub.add_parser("status", help="batches, offsets and lag of a pipeline",
-                            description="Recent batches, per partition next offset and lag, source changes, resets.")
-    status.add_argument("pipeline")
+    status = sub.add_parser("status", help="every pipeline's lag, last batch and blocked lanes; or one in detail",
+                            description="Without PIPELINE: every registered pipeline (EOSBATCH_PIPELINES) at once: "
+                                        "its lag, its last batch, and its blocked or failing lanes with their errors. "
+                                        "With PIPELINE: its recent batches, per partition next offset and lag, "
+                                        "source changes, resets and lanes.")
+    status.add_argument("pipeline", nargs="?", help="one pipeline in detail (default: every pipeline)")
     _json(status)
     backfill = sub.add_parser("backfill", help="process history: fill the holes in offset ranges, or reprocess",
                               description="Runs backfill batches over the holes of the requested ranges (fill), or "

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from eosbatch import backfill as history
-from eosbatch import config, preflight, registry, running, steps
+from eosbatch import config, overview, preflight, registry, running, steps, telemetry
 from eosbatch.context import Context
 from eosbatch.exceptions import ConfigError
 from eosbatch.kafka import json_lines, offsets, topics
@@ -21,8 +21,10 @@ Log = Callable[[str], None]
 
 
 def context(pipeline: str, log: Log = print) -> Context:
-    """A command's edge: the settings from the environment, the pipeline from the registry, the log."""
-    return Context(config.load(), registry.get(pipeline), log)
+    """A command's edge: the settings from the environment, the pipeline from the registry, the log, and the
+    meter EOSBATCH_METRICS names (eosbatch.telemetry)."""
+    settings = config.load()
+    return Context(settings, registry.get(pipeline), log, telemetry.metrics(settings))
 
 
 # The development stack is imported by its commands only: `run`, the DAG tasks and the rest never load it.
@@ -184,41 +186,13 @@ def ranges(pipeline: str) -> list[history.PartitionCoverage]:
 
 def status(pipeline_name: str, limit: int = 10) -> dict[str, Any]:
     """Recent batches, per partition next offset, last stable offset and lag, the source topics' IDs, any
-    source change that stops the pipeline, and the resets recorded."""
-    settings = config.load()
-    pipeline = registry.get(pipeline_name)
-    topic_ids, bounds = offsets.source_state(settings, pipeline.source.topics)
-    with store.transaction(settings) as cur:
-        lanes.lock_pipeline(cur, pipeline.name)
-        where = positions.incarnations(cur, pipeline.name)
-        known = positions.source_topics(cur, pipeline.name)
-        resets = positions.resets(cur, pipeline.name)
-        batches = store.recent_batches(cur, pipeline.name, limit)
-    check = sources.check_sources(known, topic_ids, {tp: w.next_offset for tp, w in where.items()}, bounds)
-    # A partition whose source changed has no meaningful lag: its offsets are not the ledger's any more.
-    unsure = {p.topic for p in check.problems if p.kind == "new_topic_id"}
-    unsure_tps = {(p.topic, p.partition) for p in check.problems if p.partition is not None}
-    partitions = []
-    for tp, bound in sorted(bounds.items()):
-        now = where.get(tp)
-        next_offset = now.next_offset if now is not None else None
-        lag = (None if next_offset is None or tp.topic in unsure or (tp.topic, tp.partition) in unsure_tps
-               else max(0, bound.stable - next_offset))
-        partitions.append({"partition": str(tp), "next_offset": next_offset, "log_start": bound.low,
-                           "last_stable_offset": bound.stable, "lag": lag,
-                           "incarnation": now.incarnation if now is not None else None})
-    return {"pipeline": pipeline.name, "partitions": partitions,
-            "topics": {t: {"topic_id": topic_ids.get(t), "ledger_topic_id": known[t].topic_id if t in known else None,
-                           "incarnation": known[t].incarnation if t in known else 0}
-                       for t in pipeline.source.topics},
-            "source_problems": [p.describe(pipeline.name) for p in check.problems],
-            "resets": [{"id": i, "at": when.isoformat(timespec="seconds"), "reset": str(r), "reason": reason}
-                       for i, when, reason, r in resets],
-            "batches": [
-        {"id": b.id, "kind": b.kind, "state": b.state, "ranges": [str(r) for r in b.ranges],
-         "records_read": b.records_read, "sink_rows": b.sink_rows, "dead_letters": b.dead_letters,
-         "published": b.published_records, "error": b.error, "updated": b.updated_at.isoformat(timespec="seconds")}
-        for b in batches]}
+    source change that stops the pipeline, the resets recorded, each lane's state (eosbatch.overview)."""
+    return overview.pipeline_status(config.load(), registry.get(pipeline_name), limit)
+
+
+def status_all() -> list[dict[str, Any]]:
+    """Every registered pipeline at once: its lag, its last batch, its blocked or failing lanes and their errors."""
+    return overview.every_pipeline(config.load(), registry.load())
 
 
 def reset(pipeline_name: str, partitions: list[str] | None = None, topic: str | None = None, to: str = "",
@@ -246,7 +220,7 @@ def reset(pipeline_name: str, partitions: list[str] | None = None, topic: str | 
                                        f"({', '.join(pipeline.source.topics)})")
     why = reason or "eosbatch reset"
     would = "would be " if dry_run else ""
-    ctx = Context(settings, pipeline, log)
+    ctx = Context(settings, pipeline, log, telemetry.metrics(settings))
     epochs = {} if dry_run else {lane: steps.recover(ctx, lane) for lane in ("regular", "backfill")}
     topic_ids, bounds = offsets.source_state(settings, pipeline.source.topics)
     done: list[sources.Reset] = []

@@ -27,6 +27,8 @@ COMPACT_EVERY = "EOSBATCH_COMPACT_EVERY"  # compact the ledger after every N-th 
 COMPACT_AFTER_DAYS = "EOSBATCH_COMPACT_AFTER_DAYS"  # ... of the published batches committed longer ago than this
 OVERLAP = "EOSBATCH_OVERLAP"  # `eosbatch run` overlaps its batches' steps (process N+1 | commit N | publish N-1)
 EARLY_PUBLISH = "EOSBATCH_EARLY_PUBLISH"  # a batch's Kafka transaction is filled while its commit runs
+METRICS = "EOSBATCH_METRICS"  # where the OpenTelemetry metrics go: global, otlp, file:PATH or none (docs/monitoring.md)
+METRICS_TARGETS = ("global", "otlp", "none")
 DEFAULT_COMPACT_EVERY = 1000
 DEFAULT_COMPACT_AFTER_DAYS = 7.0
 
@@ -87,6 +89,9 @@ class Settings(NamedTuple):
     early_publish: bool = False
     # Kafka's offsets.retention.minutes, in seconds: how long a marker outlives its last commit.
     marker_retention_s: float = 10080 * 60.0
+    # "global": the process's OpenTelemetry MeterProvider (Airflow's with [metrics] otel_on; else the API's no-op);
+    # "otlp": eosbatch's own, exporting by OTLP as the OTEL_EXPORTER_OTLP_* variables say; "file:PATH": JSON lines.
+    metrics: str = "global"
 
     def kafka(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings for a client: bootstrap + the user's extra config + the caller's needs."""
@@ -192,7 +197,8 @@ def load(env: dict[str, str] | None = None) -> Settings:
                     _spark_jars(env.get(SPARK_JARS, "")), _staging_writers(env.get(STAGING_WRITERS, "").strip()),
                     *_compaction(env), _flag(OVERLAP, env.get(OVERLAP, "")),
                     _flag(EARLY_PUBLISH, env.get(EARLY_PUBLISH, "")),
-                    marker_retention_seconds(env))  # read by publish: a bad value fails now, not after a COMMIT
+                    marker_retention_seconds(env),  # read by publish: a bad value fails now, not after a COMMIT
+                    metrics_target(env.get(METRICS, "")))
 
 
 def to_env(settings: Settings) -> dict[str, str]:
@@ -207,7 +213,20 @@ def to_env(settings: Settings) -> dict[str, str]:
             STAGING_WRITERS: str(settings.staging_writers) if settings.staging_writers else "",
             COMPACT_EVERY: str(settings.compact_every), COMPACT_AFTER_DAYS: repr(settings.compact_after_days),
             OVERLAP: "1" if settings.overlap else "0", EARLY_PUBLISH: "1" if settings.early_publish else "0",
-            MARKER_RETENTION: str(round(settings.marker_retention_s / 60))}
+            MARKER_RETENTION: str(round(settings.marker_retention_s / 60)), METRICS: settings.metrics}
+
+
+def metrics_target(raw: str) -> str:
+    """EOSBATCH_METRICS: global (the default), otlp, none, or file:PATH (an absolute path in an existing folder)."""
+    value = raw.strip() or "global"
+    if value.lower() in METRICS_TARGETS:
+        return value.lower()
+    if value.startswith("file:"):
+        path = value[len("file:"):]
+        if not os.path.isabs(path) or not os.path.isdir(os.path.dirname(path)):
+            raise ConfigError(METRICS, f"file: needs an absolute path in an existing folder, got {path!r}")
+        return value
+    raise ConfigError(METRICS, f"expected global, otlp, none or file:/absolute/path, got {raw!r}")
 
 
 def _flag(name: str, raw: str) -> bool:

@@ -147,6 +147,12 @@ def recent_batches(cur: Cursor, pipeline: str, limit: int = 10) -> list[Batch]:
     return _batches(cur, "pipeline = %s ORDER BY id DESC LIMIT %s", (pipeline, limit))
 
 
+def last_of_each_lane(cur: Cursor, pipeline: str) -> list[Batch]:
+    """The newest batch of each lane (regular; backfill, replay and reprocess), for status."""
+    return _batches(cur, "id IN (SELECT max(id) FROM eosbatch.batches WHERE pipeline = %s GROUP BY kind = 'regular') "
+                         "ORDER BY id", (pipeline,))
+
+
 def create_batch(cur: Cursor, pipeline: str, kind: BatchKind, epoch: int, ranges: list[OffsetRange],
                  marker_group: str | Callable[[int], str], publish: bool = True, replay_of: int | None = None
                  ) -> Batch:

@@ -45,11 +45,12 @@ def _terminal_fails_for_good(step: str) -> Iterator[None]:
 
 def _prepare(step: str, pipeline: str) -> Context:
     """The task's edge: its settings from the Airflow connections (and the environment's other settings), its
-    pipeline from the registry, its log the task log."""
-    from eosbatch import registry
+    pipeline from the registry, its log the task log, its meter the one EOSBATCH_METRICS names."""
+    from eosbatch import registry, telemetry
 
     with _terminal_fails_for_good(step):
-        return Context(connections.settings(_log, pipeline=pipeline), registry.get(pipeline), _log)
+        settings = connections.settings(_log, pipeline=pipeline)
+        return Context(settings, registry.get(pipeline), _log, telemetry.metrics(settings))
 
 
 @contextmanager
@@ -117,10 +118,15 @@ def _task(step: str, pipeline: str, owner: str | None = None, lease: LeaseWork =
     """What every task does around its step: resolve its Context, hold the lane's lease (`lease`: nothing,
     renew it first, or keep renewing it), announce the asset events of what the step changed in `in_lane`,
     and fail for good on a terminal error."""
-    with _terminal_fails_for_good(step):
-        ctx = _prepare(step, pipeline)
-        with _lease_held(ctx, owner, lease), _announced(ctx, outlet_events, in_lane):
-            yield ctx
+    from eosbatch import telemetry
+
+    try:
+        with _terminal_fails_for_good(step):
+            ctx = _prepare(step, pipeline)
+            with _lease_held(ctx, owner, lease), _announced(ctx, outlet_events, in_lane):
+                yield ctx
+    finally:
+        telemetry.flush()  # the task's process ends by os._exit, which runs no exit handler
 
 
 def plan(pipeline: str, owner: str | None = None, outlet_events: Any = None) -> int | None:

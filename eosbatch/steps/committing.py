@@ -64,6 +64,7 @@ def commit_once(ctx: Context, batch_id: int) -> tuple[store.Batch, bool]:
         abort(ctx.logging_to(quiet), batch_id, reason=str(exc))  # the error says it
         raise
     faults.point("commit.after_commit")
+    ctx.metrics.committed(pipeline.name, batch.kind, batch.records_read or 0, moved.sink_rows, dead)
     log(f"batch {batch_id}: committed {moved.sink_rows} sink rows, {dead} dead letters, "
         f"{moved.outbox} output records (commit #{sequence})")
     return batch, True

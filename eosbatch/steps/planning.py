@@ -53,7 +53,14 @@ def plan(ctx: Context, owner: str | None = None, epoch: int | None = None) -> st
     `epoch`: continue this runner's own run in that epoch of the lane, with batches of it still in flight
     (planned or staged, not committed: an overlapped run, eosbatch.running.overlapped). Then nothing is
     recovered and the epoch stays (a bump would fence those batches); the new batch starts where they end, and
-    the commit's compare-and-set holds it back until they have all committed."""
+    the commit's compare-and-set holds it back until they have all committed.
+
+    Measured (eosbatch.metrics): the step's duration, a terminal error, and each partition's lag as planned."""
+    with ctx.metrics.step(ctx.pipeline.name, "plan"):
+        return _plan(ctx, owner, epoch)
+
+
+def _plan(ctx: Context, owner: str | None, epoch: int | None) -> store.Batch | None:
     settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     # first: a committed batch that cannot publish says so on the batch
     continuing = epoch is not None
@@ -65,6 +72,9 @@ def plan(ctx: Context, owner: str | None = None, epoch: int | None = None) -> st
         lanes.hold_lane(cur, pipeline.name, "regular", epoch)
         track_partitions(cur, pipeline, bounds, topic_ids, log)  # locks the next offsets: no commit meanwhile
         starts = positions.next_offsets(cur, pipeline.name)
+        for tp, bound in bounds.items():
+            if tp in starts:  # the lag `eosbatch status` shows: the ledger's next offset to the last stable one
+                ctx.metrics.lag(pipeline.name, tp.topic, tp.partition, max(0, bound.stable - starts[tp]))
         if continuing:
             in_flight = [r for b in store.open_batches(cur, pipeline.name, "regular")
                          if b.state in ABORTABLE and b.epoch == epoch for r in b.ranges]

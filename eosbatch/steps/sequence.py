@@ -27,8 +27,10 @@ CALLS: dict[str, Call] = {
 
 
 def call(step: Step, ctx: Context, batch_id: int, previous: Any = None) -> Any:
-    """One step of a planned batch; `previous` is what the step before it returned."""
-    return CALLS[step.name](ctx, batch_id, previous if step.takes_previous else None)
+    """One step of a planned batch; `previous` is what the step before it returned. Measured: its duration, and
+    a terminal error (eosbatch.metrics)."""
+    with ctx.metrics.step(ctx.pipeline.name, step.name):
+        return CALLS[step.name](ctx, batch_id, previous if step.takes_previous else None)
 
 
 def run_in_order(ctx: Context, batch_id: int, steps: Iterable[Step], check_lease: Callable[[], None] | None = None
