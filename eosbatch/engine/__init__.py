@@ -10,10 +10,13 @@ engine is transient, a transform that cannot run on the data is terminal.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from eosbatch import config, faults
 from eosbatch.context import Context
+
+if TYPE_CHECKING:
+    from eosbatch.ledger.sinks.names import Column
 
 Engine = Literal["connect", "submit"]
 
@@ -53,3 +56,15 @@ def recompute(ctx: Context) -> dict[str, Any]:
     value = submit.run("recompute.py", [pipeline_name], settings, f"{pipeline_name}-verify")
     assert isinstance(value, dict), "recompute.py returns its result"
     return value
+
+
+def output_columns(ctx: Context) -> list[Column] | None:
+    """The transform's output columns (eosbatch.spark.preview), analysed on the Connect server without running
+    a Spark job; None on the spark-submit engine, which has no session to ask short of starting an application."""
+    if kind(ctx.settings) != "connect":
+        return None
+    from eosbatch.engine import connect
+    from eosbatch.spark.preview import output_columns_on
+
+    columns: list[Column] = connect.run(ctx.settings, f"check {ctx.pipeline.name}", output_columns_on, ctx.pipeline)
+    return columns

@@ -1,13 +1,21 @@
-"""Topics as a user makes them: create one (the embedded broker does not create topics on first use), and
-read how many partitions each of some topics has, None for a topic that does not exist."""
+"""Topics as a user makes them: create one (the embedded broker does not create topics on first use), read
+how many partitions each of some topics has, None for a topic that does not exist, and what the broker lets
+this client do with them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import NewTopic
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from eosbatch.config import Settings
 from eosbatch.exceptions import ConfigError
@@ -64,3 +72,36 @@ def partition_counts(settings: Settings, topics: Iterable[str]) -> dict[str, int
             continue
         counts[name] = len(described[name].partitions)
     return counts
+
+
+def authorized_operations(settings: Settings, names: Iterable[str]) -> dict[str, frozenset[str]] | None:
+    """What the broker lets this client's principal do with each existing topic ("READ", "WRITE", ...), as the
+    broker itself reports it (KIP-430); None when the broker has no authorizer, so that every client may do
+    everything (describing ACLs is refused with SECURITY_DISABLED). A topic that does not exist is left out."""
+    client = clients.admin(settings)
+    everything = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                                  AclPermissionType.ANY)
+    try:
+        client.describe_acls(everything, request_timeout=TIMEOUT).result(timeout=TIMEOUT + 5)
+    except KafkaException as exc:
+        error = error_of(exc)
+        if error is not None and error.code() == KafkaError.SECURITY_DISABLED:
+            return None
+        # Any other refusal (no DESCRIBE on the cluster) still leaves the topics' own answer below.
+    found: dict[str, frozenset[str]] = {}
+    for name, future in client.describe_topics(TopicCollection(sorted(set(names))), request_timeout=TIMEOUT,
+                                               include_authorized_operations=True).items():
+        try:
+            described = future.result(timeout=TIMEOUT + 5)
+        except KafkaException as exc:
+            error = error_of(exc)
+            if error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                continue
+            if error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                found[name] = frozenset()
+                continue
+            raise to_eosbatch(exc, f"describing topic {name!r}", settings.kafka_bootstrap,
+                              needs=f"DESCRIBE on Topic {name}") from exc
+        if described.authorized_operations is not None:  # None: this broker does not say
+            found[name] = frozenset(op.name for op in described.authorized_operations)
+    return found

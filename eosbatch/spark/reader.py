@@ -71,7 +71,7 @@ KAFKA_COLUMNS = "key BINARY, value BINARY, topic STRING, partition INT, offset B
                 "timestampType INT"
 
 
-def _struct(ddl: str) -> StructType:
+def struct(ddl: str) -> StructType:
     from pyspark.sql.types import StructType
 
     parsed = StructType.fromDDL(ddl)
@@ -84,10 +84,10 @@ def parse(df: DataFrame, source: KafkaSource) -> DataFrame:
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
-    kafka = _struct(KAFKA_COLUMNS).fieldNames()
+    kafka = struct(KAFKA_COLUMNS).fieldNames()
     if source.value_schema is None:
         return df.select(*kafka, F.lit(None).cast("string").alias(ERROR_COLUMN))
-    declared = _struct(source.value_schema)
+    declared = struct(source.value_schema)
     # Parsed as nullable so that a missing required field is reported by name instead of failing the read.
     relaxed = StructType([StructField(f.name, f.dataType, True) for f in declared.fields]
                          + [StructField(_CORRUPT, StringType(), True)])

@@ -1,0 +1,20 @@
+"""The transform's output schema without reading a record: the pipeline's parse and transform applied to an
+empty frame shaped as the Kafka reader's, and only analysed (no Spark job runs). The columns are the ones a
+batch would stage, typed as the staging table would type them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eosbatch.ledger.sinks import Column
+from eosbatch.pipeline import Pipeline
+from eosbatch.spark import reader, schema
+
+
+def output_columns_on(spark: Any, pipeline: Pipeline) -> list[Column]:
+    """The columns `pipeline.transform` returns for the records its source parses to (the batch's own path:
+    reader.parse, the malformed records' error column dropped, the transform)."""
+    empty = spark.createDataFrame([], reader.struct(reader.KAFKA_COLUMNS))
+    parsed = reader.parse(empty, pipeline.source)
+    result = pipeline.transform(parsed.where(parsed[reader.ERROR_COLUMN].isNull()).drop(reader.ERROR_COLUMN))
+    return schema.columns(result.schema)
