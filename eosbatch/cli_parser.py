@@ -196,9 +196,12 @@ def _user_tools(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     _json(pipelines)
     check = sub.add_parser("check", help="a preflight of a pipeline, without running a batch",
                            description="Checks, without running a batch: the pipeline's module imports, its source "
-                                       "and output topics exist (with their partitions), the ledger is at the "
-                                       "head revision, and the sink table (if it exists) has the key's unique "
-                                       "index. Exit 0 when every check holds, 1 when one fails.")
+                                       "and output topics exist (with their partitions) and the broker lets this "
+                                       "principal read and write them, the ledger is at the head revision, the "
+                                       "transform's output schema (analysed on the Spark Connect server, no job "
+                                       "runs), the sink table (if it exists) has the key's unique index and "
+                                       "columns whose types take that output, and the database role has the "
+                                       "privileges a batch needs. Exit 0 when every check holds, 1 when one fails.")
     check.add_argument("pipeline")
     _json(check)
 

@@ -140,7 +140,7 @@ def run(pipeline_name: str) -> list[Check]:
 
 
 def _topic_checks(settings: config.Settings, pipeline: Pipeline) -> list[Check]:
-    wanted = {t: SOURCE_OPERATIONS for t in pipeline.source.topics}
+    wanted: dict[str, Sequence[str]] = {t: SOURCE_OPERATIONS for t in pipeline.source.topics}
     roles = [("source topic", t) for t in pipeline.source.topics]
     if pipeline.output is not None:
         wanted[pipeline.output.topic] = OUTPUT_OPERATIONS

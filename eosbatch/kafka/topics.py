@@ -79,8 +79,9 @@ def authorized_operations(settings: Settings, names: Iterable[str]) -> dict[str,
     broker itself reports it (KIP-430); None when the broker has no authorizer, so that every client may do
     everything (describing ACLs is refused with SECURITY_DISABLED). A topic that does not exist is left out."""
     client = clients.admin(settings)
-    everything = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
-                                  AclPermissionType.ANY)
+    # None matches any name, principal and host (the stubs say str)
+    everything = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None,  # type: ignore[arg-type]
+                                  AclOperation.ANY, AclPermissionType.ANY)
     try:
         client.describe_acls(everything, request_timeout=TIMEOUT).result(timeout=TIMEOUT + 5)
     except KafkaException as exc:

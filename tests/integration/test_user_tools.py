@@ -80,8 +80,8 @@ def test_check_passes_for_a_ready_pipeline_and_names_what_is_missing(settings, u
     assert f"{s.pipeline}: ready" in shown
     verdict = json.loads(ok(s.cli("check", s.pipeline, "--json")))
     assert verdict["ok"] and {c["name"] for c in verdict["checks"]} == {
-        "pipeline", f"source topic {s.input}", f"output topic {s.output}", "ledger",
-        f"sink table public.crash_latest_{unique}"}
+        "pipeline", f"source topic {s.input}", f"output topic {s.output}", "kafka permissions", "ledger",
+        "transform output", f"sink table public.crash_latest_{unique}", "postgres privileges"}
 
     s.env_overrides["EOSBATCH_TEST_SUFFIX"] = f"{unique}x"  # the same pipelines over topics nobody created
     missing = s.cli("check", f"crash_latest_{unique}x")

@@ -9,6 +9,7 @@ from eosbatch import preflight
 from eosbatch.cli_parser import parser
 from eosbatch.kafka import json_lines
 from eosbatch.kafka.json_lines import BadLine
+from eosbatch.ledger.sinks import Column
 
 pytestmark = pytest.mark.unit
 
@@ -38,7 +39,7 @@ def test_the_default_transactional_id_is_one_per_topic() -> None:
 
 
 def test_topic_checks_name_the_partitions_or_the_way_to_create_the_topic() -> None:
-    assert preflight.topic_check("source topic", "orders", 3) == ("source topic orders", True, "3 partition(s)")
+    assert preflight.topic_check("source topic", "orders", 3) == ("source topic orders", True, "3 partition(s)", True)
     missing = preflight.topic_check("output topic", "totals", None)
     assert not missing.ok and "eosbatch topic create totals" in missing.found
     assert missing.line().startswith("FAIL  output topic totals: does not exist")
@@ -56,6 +57,42 @@ def test_the_sink_table_needs_a_unique_index_on_exactly_the_key_where_it_exists(
     assert preflight.sink_check("public.t", ["b", "a"], exists=True, unique_keys=[("a", "b")]).ok
     wrong = preflight.sink_check("public.t", ["a"], exists=True, unique_keys=[("a", "b")])
     assert not wrong.ok and "no unique index on exactly ['a']" in wrong.found
+
+
+def test_the_sink_must_take_the_transform_output_and_each_misfit_is_named() -> None:
+    fits = preflight.sink_check("public.t", ["a"], exists=True, unique_keys=[("a",)], misfits=[])
+    assert fits.ok and fits.found == "has a unique index on ['a'], and its columns take the transform's output"
+    unknown = preflight.sink_check("public.t", ["a"], exists=True, unique_keys=[("a",)], misfits=None)
+    assert unknown.ok and "columns" not in unknown.found
+    both = preflight.sink_check("public.t", ["a"], exists=True, unique_keys=[], misfits=["no column b", "column c"])
+    assert not both.ok and both.found == ("has no unique index on exactly ['a']; an idempotent upsert needs one; "
+                                          "no column b; column c")
+
+
+def test_the_transform_output_is_shown_or_skipped_with_the_reason() -> None:
+    shown = preflight.transform_check([Column("a", "text"), Column("n", "bigint")], "connect")
+    assert shown.ok and shown.found == "a text, n bigint"
+    skipped = preflight.transform_check(None, "submit")
+    assert skipped.ok and not skipped.checked and skipped.line().startswith("skip  transform output: not checked:")
+
+
+def test_privileges_name_each_one_the_role_lacks() -> None:
+    assert preflight.privileges_check("app", []).ok
+    lacking = preflight.privileges_check("app", ["INSERT on public.t", "CREATE on schema eosbatch"])
+    assert not lacking.ok and lacking.found == "role app lacks INSERT on public.t; CREATE on schema eosbatch"
+
+
+def test_kafka_permissions_as_the_broker_reports_them() -> None:
+    wanted = {"in": preflight.SOURCE_OPERATIONS, "out": preflight.OUTPUT_OPERATIONS}
+    no_authorizer = preflight.kafka_permissions_check(wanted, None)
+    assert no_authorizer.ok and not no_authorizer.checked
+    assert no_authorizer.found == "not checked: broker has no authorizer"
+    everything = frozenset({"READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS"})
+    assert preflight.kafka_permissions_check(wanted, {"in": everything, "out": everything}).ok
+    refused = preflight.kafka_permissions_check(wanted, {"in": frozenset({"READ", "DESCRIBE"}),
+                                                         "out": frozenset({"DESCRIBE"})})
+    assert not refused.ok and refused.found == "the principal lacks WRITE on Topic out, DESCRIBE_CONFIGS on Topic out"
+    assert not preflight.kafka_permissions_check(wanted, {}).checked  # the broker reported nothing
 
 
 def test_the_verdict_holds_only_when_every_check_holds() -> None:

@@ -53,8 +53,8 @@ def misfits(cur: Cursor, pipeline: Pipeline, columns: Sequence[Column], sink_typ
 
 
 def missing_privileges(cur: Cursor, pipeline: Pipeline, sink_exists: bool) -> tuple[str, list[str]]:
-    """This role's name, and what it lacks for a batch, one phrase each ("INSERT on public.totals"): on an existing sink,
-    its schema's USAGE and SINK_PRIVILEGES; else CREATE on its schema (or, the schema missing, on the
+    """This role's name, and what it lacks for a batch, one phrase each ("INSERT on public.totals"): on an
+    existing sink, its schema's USAGE and SINK_PRIVILEGES; else CREATE on its schema (or, the schema missing, on the
     database); on the ledger's schema USAGE and CREATE (each pipeline's staging and outbox tables are made
     there), and on its tables and sequences what the protocol does with them."""
     schema, name = sink_table(pipeline).strings
@@ -65,7 +65,7 @@ def missing_privileges(cur: Cursor, pipeline: Pipeline, sink_exists: bool) -> tu
     wanted: list[tuple[str, str, str]] = []  # (privilege, on, SQL asking for it)
     if sink_exists:
         wanted.append(("USAGE", f"schema {schema}", "has_schema_privilege(%(schema)s, 'USAGE')"))
-        wanted += [(p, qualified, f"has_table_privilege(%(table)s, '{p}')") for p in SINK_PRIVILEGES]
+        wanted += [(p, f"{schema}.{name}", f"has_table_privilege(%(table)s, '{p}')") for p in SINK_PRIVILEGES]
     elif sink_schema_exists:
         wanted.append(("CREATE", f"schema {schema} (the first batch creates the sink)",
                        "has_schema_privilege(%(schema)s, 'CREATE')"))
