@@ -242,6 +242,10 @@ def _db(args: argparse.Namespace) -> int:
             if why is not None:
                 return _refuse(why)
         print(f"ledger at revision {commands.db_downgrade(args.revision)}")
+    elif args.action == "psql":
+        argv, env = commands.db_psql(args.sql, args.file)
+        sys.stdout.flush()
+        os.execvpe(argv[0], argv, {**os.environ, **env})  # noqa: S606 - psql, found on PATH as a user runs it
     else:
         print(commands.db_current())
     return 0

@@ -163,6 +163,12 @@ def _db(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     downgrade.add_argument("revision", nargs="?", default="base")
     _yes(downgrade)
     actions.add_parser("current", help="the ledger's revision", description="Print the ledger's revision.")
+    psql = actions.add_parser("psql", help="psql on the ledger's database (EOSBATCH_DATABASE_URL)",
+                              description="Run psql on the database of EOSBATCH_DATABASE_URL (the password in the "
+                                          "environment, not the arguments), stopping at the first error: a script "
+                                          "on stdin, -c SQL or -f FILE; interactive on a terminal.")
+    psql.add_argument("-c", "--command", dest="sql", metavar="SQL", help="run this SQL and exit")
+    psql.add_argument("-f", "--file", metavar="FILE", help="run this file of SQL and exit")
 
 
 def _user_tools(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +11,7 @@ from eosbatch import config, overview, preflight, registry, running, steps, tele
 from eosbatch.context import Context
 from eosbatch.exceptions import ConfigError
 from eosbatch.kafka import json_lines, offsets, topics
-from eosbatch.ledger import cleanup, lanes, migrate, positions, store
+from eosbatch.ledger import cleanup, connection, lanes, migrate, positions, store
 from eosbatch.protocol import sources
 from eosbatch.protocol.recovery import recovery_action
 
@@ -95,6 +96,13 @@ def db_downgrade(revision: str) -> str | None:
 
 def db_current() -> str | None:
     return migrate.current(config.load().database_url)
+
+
+def db_psql(command: str | None = None, file: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """psql's arguments and environment for the ledger's database; psql must be installed (postgresql-client)."""
+    if shutil.which("psql") is None:
+        raise ConfigError("psql", "not found on PATH; install PostgreSQL's client (Debian: postgresql-client)")
+    return connection.psql_command(config.load(), command, file)
 
 
 def topic_create(name: str, partitions: int = 1, replication_factor: int = 1) -> topics.CreatedTopic:

@@ -144,3 +144,19 @@ def transaction(settings: Settings, dry_run: bool = False) -> Iterator[Cursor]:
             _give_back(settings, connection)
         else:
             connection.close()
+
+
+def psql_command(settings: Settings, command: str | None = None, file: str | None = None
+                 ) -> tuple[list[str], dict[str, str]]:
+    """psql's arguments and environment for the ledger's database (`eosbatch db psql`): the connection as a
+    conninfo argument without its passwords, which go in the environment (PGPASSWORD, PGSSLPASSWORD), never
+    in a process's arguments; stopping at the first error, so that a script's failure is psql's exit code."""
+    params = psycopg2.extensions.parse_dsn(settings.psycopg_dsn)
+    env = {name: params.pop(key) for key, name in (("password", "PGPASSWORD"), ("sslpassword", "PGSSLPASSWORD"))
+           if key in params}
+    argv = ["psql", psycopg2.extensions.make_dsn(**params), "-v", "ON_ERROR_STOP=1"]
+    if command is not None:
+        argv += ["-c", command]
+    if file is not None:
+        argv += ["-f", file]
+    return argv, env

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from eosbatch import preflight
+from eosbatch import config, preflight
 from eosbatch.cli_parser import parser
 from eosbatch.kafka import json_lines
 from eosbatch.kafka.json_lines import BadLine
+from eosbatch.ledger import connection
 from eosbatch.ledger.sinks import Column
 
 pytestmark = pytest.mark.unit
@@ -116,3 +117,12 @@ def test_produce_takes_a_file_or_stdin_and_the_options() -> None:
     assert (args.topic, args.file, args.key_field, args.per_transaction) == ("orders", "-", "id", 10)
     args = parser().parse_args(["topic", "create", "orders", "--partitions", "3"])
     assert (args.name, args.partitions, args.replication_factor) == ("orders", 3, 1)
+
+
+def test_db_psql_keeps_the_password_out_of_the_arguments() -> None:
+    settings = config.load({config.DATABASE_URL: "postgresql+psycopg2://app:s3cret@db.example:5433/prod?sslmode=require",
+                            config.KAFKA_BOOTSTRAP: "k:9092"})
+    argv, env = connection.psql_command(settings, command="SELECT 1")
+    assert argv[0] == "psql" and argv[2:] == ["-v", "ON_ERROR_STOP=1", "-c", "SELECT 1"]
+    assert sorted(argv[1].split()) == ["dbname=prod", "host=db.example", "port=5433", "sslmode=require", "user=app"]
+    assert env == {"PGPASSWORD": "s3cret"} and "s3cret" not in " ".join(argv)
