@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -55,10 +56,15 @@ def stack_status(spark_cluster: bool | None = None) -> StackInfo:
 
 
 def airflow_up(log: Log = print) -> Any:
-    """The local Airflow (eosbatch.orchestration.local), started; its `exports()` name its connections."""
-    from eosbatch.orchestration import local  # imports Airflow: only for the airflow commands
+    """The local Airflow (eosbatch.orchestration.local), started, with the DAGs of the registered pipelines
+    parsed, so that they can be unpaused and triggered at once; its `exports()` name its connections."""
+    from eosbatch.orchestration import dags, local  # imports Airflow: only for the airflow commands
 
-    return local.up(log=log)
+    info = local.up(log=log)
+    started, names = time.monotonic(), sorted(registry.load())
+    local.wait_parsed([dags.dag_id(name) for name in names])
+    log(f"airflow: the DAGs of {len(names)} pipeline(s) are parsed ({time.monotonic() - started:.1f}s)")
+    return info
 
 
 def airflow_down() -> None:

@@ -267,6 +267,29 @@ def wait_healthy(timeout: float = 180.0) -> dict[str, str]:
     raise AirflowNotReady(f"airflow: not healthy after {timeout:.0f}s ({seen}); see {home() / 'processes'}")
 
 
+def wait_parsed(dag_ids: list[str], timeout: float = 120.0) -> None:
+    """Until the DAG processor has recorded every one of `dag_ids` in the metadata database: before that,
+    `airflow dags unpause` or `trigger` says the DAG is not found. A module that fails to import in the DAG
+    processor never gets there: the error names its log."""
+    import psycopg2
+
+    deadline = time.monotonic() + timeout
+    found: set[str] = set()
+    while time.monotonic() < deadline:
+        connection = psycopg2.connect(config.to_libpq_url(metadata_url()), connect_timeout=10)
+        try:
+            with connection, connection.cursor() as cursor:
+                cursor.execute("SELECT dag_id FROM dag WHERE dag_id = ANY(%s)", (dag_ids,))
+                found = {row[0] for row in cursor.fetchall()}
+        finally:
+            connection.close()
+        if found >= set(dag_ids):
+            return
+        time.sleep(1)
+    raise AirflowNotReady(f"airflow: the DAG processor has not parsed {sorted(set(dag_ids) - found)} after "
+                          f"{timeout:.0f}s; see {log_file('dag-processor')} and the import errors in the UI")
+
+
 class AirflowInfo(NamedTuple):
     home: Path
     url: str
