@@ -95,10 +95,13 @@ def outputs(stdout: str) -> dict[int, Printed]:
 
 
 def test_every_block_of_the_quickstart_runs_or_says_why_not() -> None:
+    made_up = "<!-- not run: why -->\n```bash\nrm -rf /\n```\n\n```python\nx = 1\n```\n\n```bash\nls\n```\n"
+    assert [(b.kind, b.detail) for b in blocks(made_up)] == [("not run", "why"), ("unmarked", ""), ("run", "")]
     found = blocks(PAGE.read_text())
     assert [b for b in found if b.kind == "unmarked"] == []
     assert all(b.detail for b in found if b.kind == "not run"), "a not-run block must give its reason"
-    assert [b.kind for b in found if b.kind != "not run"][:1] == ["run"]
+    assert {b.kind for b in found} == {"run", "file", "output", "not run"}
+    assert [b.detail for b in found if b.kind == "file"] == ["views.jsonl", "page_views.py"]
     assert all(found[i - 1].kind == "run" for i, b in enumerate(found) if b.kind == "output")
 
 
