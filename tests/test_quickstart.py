@@ -9,11 +9,12 @@ Every fenced block of the page is one of:
 - a block marked `<!-- not run: REASON -->`, with the reason.
 A block that is none of these fails the test.
 
-The session runs on the suite's stack (the page's `stack up` block is marked not run): with its settings in
-the environment, the clone's .venv/bin first on PATH (as the page's not-run block puts it there), and HOME a
-temporary folder, so that the page's `~/eosbatch-quickstart` is outside the repository. The page's `eosbatch
-airflow up` starts the local Airflow with the page's pipeline module (restarting one the orchestration tests
-left with other pipelines) and its `eosbatch airflow down` stops it. It lives at the top of tests/ so that it
+The session starts in the checkout, as the page does, with HOME a temporary folder, so that the page's
+`~/eosbatch-quickstart` is outside the repository. It runs on the suite's stack, which must be the embedded
+one: the page's `eval "$(.venv/bin/eosbatch stack up)"` finds it running and starts nothing (the page's own
+`.venv/bin` goes first on PATH). The page's `eosbatch airflow up` starts the local Airflow with the page's
+pipeline module (restarting one the orchestration tests left with other pipelines) and its `eosbatch airflow
+down` stops it. It lives at the top of tests/ so that it
 runs after the orchestration tests, which use that Airflow with their own pipelines."""
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -101,7 +101,7 @@ def test_every_block_of_the_quickstart_runs_or_says_why_not() -> None:
     assert [b for b in found if b.kind == "unmarked"] == []
     assert all(b.detail for b in found if b.kind == "not run"), "a not-run block must give its reason"
     assert {b.kind for b in found} == {"run", "file", "output", "not run"}
-    assert [b.detail for b in found if b.kind == "file"] == ["views.jsonl", "page_views.py"]
+    assert [b.detail for b in found if b.kind == "file"] == ["views.jsonl", "page_views.py", "views_by_visitor.sql"]
     assert all(found[i - 1].kind == "run" for i, b in enumerate(found) if b.kind == "output")
 
 
@@ -114,13 +114,11 @@ def test_the_quickstart_runs_as_written(settings, tmp_path) -> None:
     found = blocks(PAGE.read_text())
     home = tmp_path / "home"
     home.mkdir()
-    bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, **config.to_env(settings), "HOME": str(home),
-           "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
+    env = {**os.environ, "HOME": str(home)}
     env.pop(config.PIPELINES, None)
     started = time.monotonic()
-    done = subprocess.run(["bash", "-c", session_script(found)], cwd=home, env=env, capture_output=True, text=True,
-                          timeout=900, check=False)
+    done = subprocess.run(["bash", "-c", session_script(found)], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=900, check=False)
     took = time.monotonic() - started
     print(f"the quickstart's blocks ran in {took:.1f}s")
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
