@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
 
@@ -23,6 +23,7 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 # Screenshots go here when set (the docs' pictures: docs/img), else into the test's temporary directory.
 SCREENSHOTS = "EOSBATCH_UI_SCREENSHOTS"
 WINDOW = (1440, 1300)  # tall enough for the whole trigger form, so its screenshot shows it all
+TALL = (1440, 1800)  # and for the form with an error above it
 T = TypeVar("T")
 
 
@@ -56,15 +57,15 @@ def chromium() -> Iterator[Any]:
         driver.quit()
 
 
-def wait(driver: Any, condition: Callable[[Any], T], timeout: float, what: str) -> T:
+def wait(driver: Any, condition: Callable[[Any], T | None], timeout: float, what: str) -> T:
     """`condition(driver)` once it is truthy, polled every 0.25 s; fails after `timeout` seconds naming `what`
     with the page's URL."""
     from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 
     try:
-        return WebDriverWait(driver, timeout, poll_frequency=0.25,
-                             ignored_exceptions=(StaleElementReferenceException,)).until(condition)
+        return cast(T, WebDriverWait(driver, timeout, poll_frequency=0.25,
+                                     ignored_exceptions=(StaleElementReferenceException,)).until(condition))
     except TimeoutException:
         raise AssertionError(f"after {timeout:.0f}s, still waiting for {what} at {driver.current_url}") from None
 
@@ -106,9 +107,11 @@ def type_text(driver: Any, locator: tuple[str, str], text: str, timeout: float =
             for keys, adds in ([(Keys.ENTER, "\n")] if number else []) + [(line, line)]:
                 so_far += adds
                 field.send_keys(keys)
+                def landed(_: Any, expected: str = so_far) -> bool:
+                    return field.get_attribute("value") == expected
+
                 try:
-                    WebDriverWait(driver, 2, poll_frequency=0.05).until(
-                        lambda _, expected=so_far: field.get_attribute("value") == expected)
+                    WebDriverWait(driver, 2, poll_frequency=0.05).until(landed)
                 except TimeoutException:
                     return False
         return True
@@ -121,3 +124,13 @@ def screenshot(driver: Any, locator: tuple[str, str], folder: Path, name: str) -
     path = folder / f"{name}.png"
     driver.find_element(*locator).screenshot(str(path))
     return path
+
+
+def unhover(driver: Any, locator: tuple[str, str], timeout: float = 10) -> None:
+    """Move the pointer to the middle of an element (an empty part of the page) and wait until no tooltip of
+    the element clicked last (the grid's cell: "Task ID: ...") is shown, so it is not in the screenshot."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(driver).move_to_element(driver.find_element(*locator)).perform()
+    tooltip = ("xpath", "//*[starts-with(normalize-space(.), 'Task ID:')]")
+    wait(driver, lambda d: not any(e.is_displayed() for e in d.find_elements(*tooltip)), timeout, "no tooltip")

@@ -58,15 +58,19 @@ def test_backfill_triggered_from_the_ui_form(scheduler: LocalAirflow, settings, 
         browser.screenshot(driver, FORM, screenshots, "backfill-form")
         browser.clickable(driver, SUBMIT, what="the form's Trigger").click()
         # Accepted: the UI opens the new run's page.
-        path = browser.wait(driver, lambda d: (path := urllib.parse.urlparse(d.current_url).path).startswith(
-            f"/dags/{dag}/runs/") and path, 30, "the new run's page")
-        run_id = urllib.parse.unquote(path.split("/")[4])
+        def run_page(d) -> str | None:
+            path = urllib.parse.urlparse(d.current_url).path
+            return path if path.startswith(f"/dags/{dag}/runs/") else None
+
+        run_id = urllib.parse.unquote(browser.wait(driver, run_page, 30, "the new run's page").split("/")[4])
         [(conf,)] = scheduler.query("SELECT conf FROM dag_run WHERE dag_id = %s AND run_id = %s", (dag, run_id))
         assert (conf["ranges"], conf["mode"], conf["publish"]) == (ranges, "fill", None), conf
 
-        badge = ("css selector", '[data-testid="header-card"] [data-testid="state-badge"]')  # the run's state
-        state = browser.wait(driver, lambda d: (text := d.find_element(*badge).text) in ("Success", "Failed") and text,
-                             240, "the run to end (the page refreshes itself)")
+        def ended(d) -> str | None:  # the run's state in its header, once final
+            state = d.find_element(*browser.by_testid("header-card")).find_element(*browser.by_testid("state-badge"))
+            return state.text if state.text in ("Success", "Failed") else None
+
+        state = browser.wait(driver, ended, 240, "the run to end (the page refreshes itself)")
         assert state == "Success", scheduler.timeline(dag, run_id)
         assert scheduler.run_state(dag, run_id) == "success"
         print(scheduler.timeline(dag, run_id))
@@ -76,20 +80,24 @@ def test_backfill_triggered_from_the_ui_form(scheduler: LocalAirflow, settings, 
         browser.clickable(driver, browser.by_testid(f"grid-{run_id}-batch"), what="the grid's batch cell").click()
         batches = ledger_ranges(scenario)
         assert len(batches) == 2, batches  # 1,500 records (and their transaction markers), 1,000 a batch
-        cells = browser.by_testid("table-cell-rendered_map_index")
-        labels = browser.wait(driver, lambda d: len(found := [c.text for c in d.find_elements(*cells)]) == len(
-            batches) and all(found) and found, 30, f"{len(batches)} labelled `batch` instances")
+        def labelled(d) -> list[str] | None:  # the Map Index column: the instances' labels
+            found = [cell.text for cell in d.find_elements(*browser.by_testid("table-cell-rendered_map_index"))]
+            return found if len(found) == len(batches) and all(found) else None
+
+        labels = browser.wait(driver, labelled, 30, f"{len(batches)} labelled `batch` instances")
         shown = {}
         for label in labels:
             number, total, text = LABEL.match(" ".join(label.split())).groups()  # type: ignore[union-attr]
             assert int(total) == len(batches), label
             shown[int(number)] = sorted(text.split(", "))
         assert shown == {i + 1: ranges_of for i, ranges_of in enumerate(batches)}, (labels, batches)
+        browser.unhover(driver, CONTENT)
         browser.screenshot(driver, CONTENT, screenshots, "backfill-batches")
         print("\n".join(f"  grid: {label}" for label in sorted(labels)))
 
         # Refused: Airflow checks the params against their JSON Schemas (eosbatch/orchestration/params.py)
         # when the run is created; the form shows the API's 400, naming the param and the value.
+        driver.set_window_size(*browser.TALL)
         driver.get(page)
         open_trigger_form(driver)
         browser.type_text(driver, RANGES, malformed)
