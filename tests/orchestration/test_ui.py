@@ -40,7 +40,8 @@ def screenshots(tmp_path: Path) -> Path:
 def test_backfill_triggered_from_the_ui_form(scheduler: LocalAirflow, settings, screenshots: Path) -> None:
     """Open the backfill DAG of a pipeline started at the end of a topic with history. Its Trigger form takes
     the topic's whole ranges; the run succeeds; the grid's `batch` instances show each batch's ranges, as
-    the ledger has them. Then the form refuses a malformed range, naming the param, and creates no run."""
+    the ledger has them. Then the form refuses a malformed range, naming the param, and creates no run; and
+    ranges with a time window, which the form accepts, fail the run's `plan` task, whose log names the rule."""
     browser.require_browser()
     started = time.monotonic()
     scenario = Scenario(settings, scheduler.suffixes["ui"], "latest", records=1500, batch=1000, start="latest")
@@ -107,6 +108,29 @@ def test_backfill_triggered_from_the_ui_form(scheduler: LocalAirflow, settings, 
         assert [run for run, _ in scheduler.runs(dag)] == [run_id]  # no run for the refused params
         browser.screenshot(driver, FORM, screenshots, "backfill-refused")
         print(f"refused in the form: {error.splitlines()[1]}")
+
+        # Accepted by the form, refused by the run: a rule across params (ranges *or* a window) is the
+        # engine's; the `plan` task's dry run fails at once, without retries, and its log names the rule.
+        driver.set_window_size(*browser.WINDOW)
+        driver.get(page)  # a new form: the refusal's toast would cover its Trigger button
+        open_trigger_form(driver)
+        browser.type_text(driver, RANGES, ranges[0])
+        browser.type_text(driver, ("id", "element_from"), "2026-11-01T00:00:00Z")
+        browser.type_text(driver, ("id", "element_to"), "2026-11-02T00:00:00Z")
+        before = scenario.batches()
+        browser.clickable(driver, SUBMIT, what="the form's Trigger").click()
+        both = urllib.parse.unquote(browser.wait(driver, run_page, 30, "the second run's page").split("/")[4])
+        assert both != run_id and browser.wait(driver, ended, 240, "the second run to end") == "Failed"
+        browser.clickable(driver, browser.by_testid(f"grid-{both}-plan"), what="the grid's plan cell").click()
+        reason = browser.visible(driver, browser.by_testid("summary-ConfigError"), 60, what="plan's error in its log")
+        assert "give offset ranges or --from/--to, not both" in reason.text, reason.text
+        assert {task: state for task, (state, tries, _) in scheduler.tasks(dag, both).items()} == {
+            "plan": "failed", "batch": "upstream_failed", "done": "upstream_failed"}
+        assert scheduler.tasks(dag, both)["plan"][1] == 1  # one try: no retry of a bad request
+        assert scenario.batches() == before  # the dry run changed nothing
+        browser.unhover(driver, CONTENT)
+        browser.screenshot(driver, CONTENT, screenshots, "backfill-plan-refused")
+        print(f"refused by the plan task: {reason.text}")
     print(f"UI test: {time.monotonic() - started:.1f}s; screenshots in {screenshots}")
 
 
