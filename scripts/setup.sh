@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Installs what eosbatch needs on a fresh Debian machine: a JDK and Maven (apt, when missing), and the
-# Python packages into .venv. PostgreSQL (apt) and the Kafka/Spark jars (Maven) come with `eosbatch stack up`.
+# Installs what eosbatch needs on a fresh Debian machine: a JDK, Maven, and Chromium with its WebDriver for
+# the tests of the Airflow UI (apt, when missing), and the Python packages into .venv. PostgreSQL (apt) and
+# the Kafka/Spark jars (Maven) come with `eosbatch stack up`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
 command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null || missing+=(maven)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]} with apt-get"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"

@@ -18,9 +18,9 @@ os.environ["AIRFLOW_HOME"] = str(local.home())
 local.write_config()
 
 # One real Airflow serves the scheduler tests; each gets its own pipelines (tests/pipelines/scheduled.py).
-# role -> (starting offsets, max records per batch); the history's backfill maps several batches.
+# role -> (starting offsets, max records per batch); the backfills of history and ui map several batches.
 ROLES = {"e2e": ("earliest", 100_000), "kill": ("earliest", 100_000), "history": ("latest", 1000),
-         "pair": ("earliest", 100_000), "secured": ("earliest", 100_000)}
+         "pair": ("earliest", 100_000), "secured": ("earliest", 100_000), "ui": ("latest", 1000)}
 
 DOWNSTREAM_DAG = """
 from datetime import UTC, datetime
