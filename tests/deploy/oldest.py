@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from eosbatch.stack.spark_connect import SparkConnectServer
 from tests.scenario import ROOT
@@ -27,7 +28,7 @@ TEST_TOOLS = ["pytest", "pytest-timeout"]
 CONNECT_FOLDER = "spark-connect-oldest"  # under the stack's home, beside the stack's own server
 
 
-def run(command: list[str], timeout: float = 900, **kwargs) -> subprocess.CompletedProcess[str]:  # noqa: ANN003
+def run(command: list[str], timeout: float = 900, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=timeout, **kwargs)
     assert done.returncode == 0, f"{command[:4]}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
@@ -68,13 +69,18 @@ def ensure_venv(wheel: Path, log=print) -> float:  # type: ignore[no-untyped-def
     started = time.monotonic()
     pip = [str(python()), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", str(CONSTRAINTS)]
     fresh = not STAMP.exists() or STAMP.read_text() != _fingerprint()
+    # Outside the checkout and without PYTHONPATH: pip must not take an eosbatch.egg-info there for an
+    # installed eosbatch.
+    quiet = {"env": clean_env(), "cwd": wheel.parent}
     if fresh:
         shutil.rmtree(VENV, ignore_errors=True)
-        run([sys.executable, "-m", "venv", str(VENV)])
-        run([*pip, f"{wheel}[airflow]", *TEST_TOOLS])
+        run([sys.executable, "-m", "venv", str(VENV)], **quiet)
+        run([*pip, f"{wheel}[airflow]", *TEST_TOOLS], **quiet)
         STAMP.write_text(_fingerprint())
     else:  # the same requirements, all installed: only eosbatch changes
-        run([*pip, "--force-reinstall", "--no-deps", str(wheel)])
+        run([*pip, "--force-reinstall", "--no-deps", str(wheel)], **quiet)
+    installed = run([str(python()), "-c", "import eosbatch; print(eosbatch.__file__)"], **quiet).stdout.strip()
+    assert Path(installed).is_relative_to(VENV), installed
     took = time.monotonic() - started
     log(f"{VENV.name}: {'created' if fresh else 'reused'} in {took:.1f}s")
     return took
