@@ -1,4 +1,5 @@
-"""The oldest-versions venv and its Spark Connect server, once per session (tests/deploy/oldest.py)."""
+"""The oldest-versions venv and its Spark Connect server, once for the tests of this folder (tests/deploy/oldest.py):
+the server stops when they are done, not at the end of the session."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from eosbatch.stack.spark_connect import SparkConnectServer
 from tests.deploy import oldest
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def oldest_venv(tmp_path_factory) -> Path:
     """The wheel built from the sources, installed with `[airflow]` into .venv-oldest under the constraints.
     Anything failing here fails the tests that use it (never a skip): the venv is CI's job."""
@@ -21,7 +22,7 @@ def oldest_venv(tmp_path_factory) -> Path:
     return oldest.VENV
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def oldest_connect(settings, oldest_venv) -> Iterator[SparkConnectServer]:
     """A Spark Connect server of the venv's PySpark, beside the stack's own (same home, its own folder)."""
     server, version = oldest.start_connect(stack.home(), oldest.free_port())
