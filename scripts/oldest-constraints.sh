@@ -20,8 +20,7 @@ for requirement in project["dependencies"] + project["optional-dependencies"]["a
         print(f"{match[1]}{match[2] or ''}=={match[3]}")
 PY
 )
-postgres_floor=$(sed -n 's/^# postgres-provider-floor: //p' constraints/oldest.txt 2>/dev/null || true)
-floors+=("apache-airflow-providers-postgres==${postgres_floor:-5.13.1}")
+floors+=("apache-airflow-providers-postgres==5.13.1")  # what apache-airflow 3.2.0's [postgres] extra allows
 # Held back: newer releases than the oldest Airflow works with (its own constraint files would pin them). With
 # fastapi 0.137+ (and the cadwyn that needs it) Airflow 3.2.0's in-process execution API fails to build its
 # models (PydanticUserError: TITerminalStatePayload needs a discriminator), so its DAG processor dies at start.
@@ -33,7 +32,6 @@ held=("fastapi<0.137" "cadwyn<8")
   echo "# The oldest supported set, resolved by ./scripts/oldest-constraints.sh on $(date -u +%Y-%m-%d)"
   echo "# (CPython $("$python" -c 'import platform; print(platform.python_version())')). Floors: ${floors[*]}"
   echo "# Held: ${held[*]}"
-  echo "# postgres-provider-floor: ${postgres_floor:-5.13.1}"
   "$python" - "$report" <<'PY'
 import json, sys
 installed = json.load(open(sys.argv[1]))["install"]

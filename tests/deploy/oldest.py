@@ -13,6 +13,8 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,19 +53,18 @@ def build_wheel(work: Path) -> Path:
 
 
 def _fingerprint() -> str:
-    """What the venv's packages depend on: the constraints, this Python, and the wheel's requirements."""
-    import tomllib
-
+    """What the venv's packages depend on: the constraints' pins, this Python, and the wheel's requirements."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     requirements = json.dumps([project["dependencies"], project["optional-dependencies"]["airflow"], TEST_TOOLS])
-    return hashlib.sha256(CONSTRAINTS.read_bytes() + sys.version.encode() + requirements.encode()).hexdigest()
+    pins = json.dumps(sorted(pinned().items()))  # the pins, not the comments (the date the file was written)
+    return hashlib.sha256((pins + sys.version + requirements).encode()).hexdigest()
 
 
 def python() -> Path:
     return VENV / "bin" / "python"
 
 
-def ensure_venv(wheel: Path, log=print) -> float:  # type: ignore[no-untyped-def]
+def ensure_venv(wheel: Path, log: Callable[[str], None] = print) -> float:
     """The venv with the constraints' packages and this wheel (`[airflow]`), created again when the
     fingerprint changed; a kept one only has its eosbatch replaced. Returns the seconds it took."""
     started = time.monotonic()
@@ -71,15 +72,15 @@ def ensure_venv(wheel: Path, log=print) -> float:  # type: ignore[no-untyped-def
     fresh = not STAMP.exists() or STAMP.read_text() != _fingerprint()
     # Outside the checkout and without PYTHONPATH: pip must not take an eosbatch.egg-info there for an
     # installed eosbatch.
-    quiet = {"env": clean_env(), "cwd": wheel.parent}
+    outside = {"env": clean_env(), "cwd": wheel.parent}
     if fresh:
         shutil.rmtree(VENV, ignore_errors=True)
-        run([sys.executable, "-m", "venv", str(VENV)], **quiet)
-        run([*pip, f"{wheel}[airflow]", *TEST_TOOLS], **quiet)
+        run([sys.executable, "-m", "venv", str(VENV)], **outside)
+        run([*pip, f"{wheel}[airflow]", *TEST_TOOLS], **outside)
         STAMP.write_text(_fingerprint())
     else:  # the same requirements, all installed: only eosbatch changes
-        run([*pip, "--force-reinstall", "--no-deps", str(wheel)], **quiet)
-    installed = run([str(python()), "-c", "import eosbatch; print(eosbatch.__file__)"], **quiet).stdout.strip()
+        run([*pip, "--force-reinstall", "--no-deps", str(wheel)], **outside)
+    installed = run([str(python()), "-c", "import eosbatch; print(eosbatch.__file__)"], **outside).stdout.strip()
     assert Path(installed).is_relative_to(VENV), installed
     took = time.monotonic() - started
     log(f"{VENV.name}: {'created' if fresh else 'reused'} in {took:.1f}s")
@@ -94,6 +95,7 @@ def versions() -> dict[str, str]:
 
 
 def pinned() -> dict[str, str]:
+    """constraints/oldest.txt: name -> version."""
     return dict(line.split("==", 1) for line in CONSTRAINTS.read_text().splitlines()
                 if line and not line.startswith("#"))
 

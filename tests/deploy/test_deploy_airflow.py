@@ -99,7 +99,7 @@ class Airflow:
                     continue
 
     def logs(self) -> str:
-        return "\n".join(f"--- {c}.log\n{oldest_tail(self.folder / f'{c}.log')}" for c in COMPONENTS)
+        return "\n".join(f"--- {c}.log\n{log_tail(self.folder / f'{c}.log')}" for c in COMPONENTS)
 
     def query(self, statement: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
         connection = psycopg2.connect(self.dsn)
@@ -121,7 +121,7 @@ class Airflow:
         raise AssertionError(f"{what}: not after {timeout:.0f}s\n{self.logs()}")
 
 
-def oldest_tail(path: Path, lines: int = 25) -> str:
+def log_tail(path: Path, lines: int = 25) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except FileNotFoundError:
