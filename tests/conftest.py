@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from eosbatch import config
+from tests.packaging import own_database
 
 
 def _unavailable(reason: str) -> None:
@@ -62,22 +63,5 @@ def unique() -> str:
 def fresh_database(settings, unique) -> Iterator[str]:
     """The URL of a database of this test's own on the stack's PostgreSQL, where `eosbatch db upgrade` never
     ran (so a test may upgrade or downgrade it without touching any other run); dropped after the test."""
-    import psycopg2
-    from psycopg2 import sql
-
-    name = f"eosbatch_fresh_{unique}"
-
-    def on_server(statement: sql.Composable) -> None:  # a connection each: the test may restart the server
-        admin = psycopg2.connect(settings.psycopg_dsn)
-        admin.autocommit = True
-        try:
-            with admin.cursor() as cur:
-                cur.execute(statement)
-        finally:
-            admin.close()
-
-    on_server(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield f"{settings.database_url.rsplit('/', 1)[0]}/{name}"
-    finally:
-        on_server(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with own_database(settings, f"eosbatch_fresh_{unique}") as url:
+        yield url

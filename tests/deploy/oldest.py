@@ -10,46 +10,22 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from eosbatch.stack.spark_connect import SparkConnectServer
+from tests.packaging import run
 from tests.scenario import ROOT
 
 CONSTRAINTS = ROOT / "constraints" / "oldest.txt"
 VENV = ROOT / ".venv-oldest"
 STAMP = VENV / "eosbatch-constraints.sha256"
-SOURCES = ["pyproject.toml", "README.md", "eosbatch", "migrations", "spark_apps"]
 # Packages beyond the wheel's: the unit tests run with the venv's own pytest.
 TEST_TOOLS = ["pytest", "pytest-timeout"]
 CONNECT_FOLDER = "spark-connect-oldest"  # under the stack's home, beside the stack's own server
-
-
-def run(command: list[str], timeout: float = 900, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=timeout, **kwargs)
-    assert done.returncode == 0, f"{command[:4]}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done
-
-
-def build_wheel(work: Path) -> Path:
-    """`pip wheel` on a copy of the sources (the links in eosbatch/package-data/ kept as links): the build
-    leaves nothing in the checkout."""
-    source = work / "source"
-    source.mkdir()
-    for name in SOURCES:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, source / name, symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy2(ROOT / name, source / name)
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(source)])
-    [wheel] = (work / "dist").glob("eosbatch-*.whl")
-    return wheel
 
 
 def _fingerprint() -> str:

@@ -20,7 +20,6 @@ from pathlib import Path
 import psycopg2
 import pytest
 from cryptography.fernet import Fernet
-from psycopg2 import sql
 from sqlalchemy.engine import make_url
 
 from eosbatch import config
@@ -28,6 +27,7 @@ from eosbatch.ledger import revisions
 from eosbatch.orchestration import local
 from tests.deploy import oldest
 from tests.deploy.conftest import user_pipeline
+from tests.packaging import own_database
 from tests.scenario import ROOT, Scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.airflow, pytest.mark.slow]
@@ -47,22 +47,8 @@ def doc_block(name: str) -> str:
 @pytest.fixture
 def metadata_db(settings, unique) -> Iterator[str]:
     """A metadata database of this test's own in the stack's PostgreSQL (its Airflow is a fresh install)."""
-    name = f"airflow_deploy_{unique}"
-
-    def on_server(statement: sql.Composable) -> None:
-        admin = psycopg2.connect(settings.psycopg_dsn)
-        admin.autocommit = True
-        try:
-            with admin.cursor() as cur:
-                cur.execute(statement)
-        finally:
-            admin.close()
-
-    on_server(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield str(make_url(settings.database_url).set(database=name))
-    finally:
-        on_server(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with own_database(settings, f"airflow_deploy_{unique}") as url:
+        yield url
 
 
 class Airflow:

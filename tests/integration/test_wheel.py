@@ -6,7 +6,6 @@ the installed package. The wheel carries the migrations and the spark-submit app
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -18,30 +17,11 @@ import pytest
 
 from eosbatch import config
 from eosbatch.ledger import revisions
+from tests.packaging import build_wheel
 from tests.scenario import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-SOURCES = ["pyproject.toml", "README.md", "eosbatch", "migrations", "spark_apps"]
-
-
-def _build_wheel(work: Path) -> Path:
-    """`pip wheel`, as the docs say, on a copy of the sources (the links in eosbatch/package-data/ kept as
-    links), so the build leaves nothing in the checkout. With build isolation: pip brings the setuptools that
-    pyproject.toml asks for (this environment's may be older)."""
-    source = work / "source"
-    source.mkdir()
-    for name in SOURCES:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, source / name, symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy2(ROOT / name, source / name)
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-                           "-w", str(work / "dist"), str(source)], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [wheel] = (work / "dist").glob("eosbatch-*.whl")
-    return wheel
 
 
 def _venv_with_wheel(work: Path, wheel: Path) -> Path:
@@ -62,7 +42,7 @@ def _venv_with_wheel(work: Path, wheel: Path) -> Path:
 
 def test_the_installed_wheel_upgrades_a_database_from_outside_the_checkout(settings, fresh_database, tmp_path
                                                                               ) -> None:
-    wheel = _build_wheel(tmp_path)
+    wheel = build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     for folder, patterns in (("migrations", ["*.py", "*.mako", "versions/*.py"]), ("spark_apps", ["*.py"])):
         expected = {f"eosbatch/package-data/{folder}/{p.relative_to(ROOT / folder)}"
