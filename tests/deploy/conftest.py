@@ -11,13 +11,14 @@ import pytest
 from eosbatch import stack
 from eosbatch.stack.spark_connect import SparkConnectServer
 from tests.deploy import oldest
+from tests.packaging import build_wheel
 
 
 @pytest.fixture(scope="package")
 def oldest_venv(tmp_path_factory) -> Path:
     """The wheel built from the sources, installed with `[airflow]` into .venv-oldest under the constraints.
     Anything failing here fails the tests that use it (never a skip): the venv is CI's job."""
-    wheel = oldest.build_wheel(tmp_path_factory.mktemp("wheel"))
+    wheel = build_wheel(tmp_path_factory.mktemp("wheel"))
     oldest.ensure_venv(wheel)
     return oldest.VENV
 
