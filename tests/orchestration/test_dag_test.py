@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from eosbatch import faults
-from tests.orchestration.helpers import asset_events
+from eosbatch.pipeline import BATCHES_PER_RUN
+from tests.orchestration.helpers import asset_events, run_states
 from tests.scenario import ROOT, Scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
@@ -42,9 +43,7 @@ def test_dag_test_of_micro_batch_backfill_and_replay_dags(history: Scenario) -> 
     # Started at the end: nothing to do yet; plan short-circuits the rest of the run.
     run = micro.test()
     assert run.state == "success"
-    assert {ti.task_id: ti.state for ti in run.get_task_instances()} == {
-        "plan": "success", "process": "skipped", "commit": "skipped", "publish": "skipped",
-        "finalize": "skipped", "abort": "skipped", "done": "success"}
+    assert {ti.task_id: ti.state for ti in run.get_task_instances()} == run_states(0, BATCHES_PER_RUN)
     assert history.batches() == []
     assert asset_events(sink_uri) == [] and asset_events(output_uri) == []  # a caught-up run changed nothing
 
@@ -52,8 +51,7 @@ def test_dag_test_of_micro_batch_backfill_and_replay_dags(history: Scenario) -> 
     run = micro.test()
     assert run.state == "success"
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
-    assert states == {"plan": "success", "process": "success", "commit": "success", "publish": "success",
-                      "finalize": "success", "abort": "skipped", "done": "success"}
+    assert states == run_states(1, BATCHES_PER_RUN)  # one batch took it all; batch_2's plan found nothing
     assert [(kind, state) for _, kind, state in history.batches()] == [("regular", "published")]
     [(regular, _, _)] = history.batches()
     [sunk] = asset_events(sink_uri)
@@ -102,10 +100,43 @@ def test_dag_test_of_micro_batch_backfill_and_replay_dags(history: Scenario) -> 
     assert state == "committed"
     run = micro.test()
     assert run.state == "success" and history.batches()[-1] == (rolled, "regular", "published")
-    assert {ti.task_id: ti.state for ti in run.get_task_instances()}["process"] == "skipped"
+    assert {ti.task_id: ti.state for ti in run.get_task_instances()}["batch_1.process"] == "skipped"
     assert [e["batch"] for e in asset_events(output_uri)][-1] == rolled
     assert rolled not in [e["batch"] for e in asset_events(sink_uri)]
     history.assert_exactly_once(from_log_start=True)
+
+
+def test_a_pipelines_failure_callback_gets_a_terminal_error(history: Scenario, unique: str) -> None:
+    """A pipeline's on_failure_callback (AirflowOptions) fires when a task fails for good, with the error in
+    its context. The error: a DAG whose pipeline the tasks' environment does not register (EOSBATCH_PIPELINES
+    differs between the DAG processor and the workers), terminal, so plan fails at once despite its retries;
+    the run stops there: its later batches are skipped without running."""
+    import dataclasses
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from eosbatch import AirflowOptions, registry
+    from eosbatch.orchestration import dags
+
+    called: list[dict] = []
+
+    def on_failure(context) -> None:  # as a user writes it: page someone with the task and the error
+        called.append({"task": context["ti"].task_id, "error": context["exception"]})
+
+    options = AirflowOptions(retries=2, on_failure_callback=on_failure)
+    elsewhere = dataclasses.replace(registry.get(history.pipeline), name=f"unregistered_{unique}", airflow=options)
+    run = dags.microbatch_dag(elsewhere).test()
+    assert run.state == "failed"
+    instances = {ti.task_id: ti for ti in run.get_task_instances()}
+    assert (instances["batch_1.plan"].state, instances["batch_1.plan"].try_number) == ("failed", 1)  # no retry
+    assert instances["batch_1_failed"].state == "success"  # the gate that stops the run
+    assert {ti.state for task, ti in instances.items() if task.startswith("batch_2.")} == {"skipped"}
+    [call] = called
+    assert call["task"] == "batch_1.plan" and isinstance(call["error"], AirflowFailException)
+    assert f"no pipeline named 'unregistered_{unique}'" in str(call["error"])
+    assert "terminal: no retry" in str(call["error"])
+    print(f"on_failure_callback: {call['task']}: {call['error']}")
+    assert history.batches() == []
 
 
 USERS_DAG = """

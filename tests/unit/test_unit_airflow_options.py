@@ -22,7 +22,8 @@ def test_defaults_leave_eosbatch_its_own_retries_and_a_cap_above_one() -> None:
     options = AirflowOptions()
     assert options.batches_per_run == BATCHES_PER_RUN > 1 and options.max_active_runs == 1
     assert options.default_args() == {"owner": "eosbatch"}  # retries: eosbatch's own (dags.RETRIES)
-    pipeline = Pipeline(name="p", source=KafkaSource(["in"]), transform=lambda df: df, sink=PostgresSink("t", key=["k"]))
+    pipeline = Pipeline(name="p", source=KafkaSource(["in"]), transform=lambda df: df,
+                        sink=PostgresSink("t", key=["k"]))
     assert pipeline.airflow == options
 
 
@@ -78,3 +79,18 @@ def test_a_pipeline_takes_only_airflow_options_and_options_is_gone() -> None:
     assert raised.value.field == "airflow"
     with pytest.raises(TypeError, match="options"):  # the old, never read, dict: an error, not a silent no-op
         Pipeline(**base, options={"retries": 1})  # type: ignore[call-arg]
+
+
+def test_the_docs_python_blocks_run() -> None:
+    """docs/airflow-dags.md: every Python block runs as written, and its pipelines are valid values."""
+    import re
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "airflow-dags.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+    assert blocks
+    for block in blocks:
+        namespace: dict[str, Any] = {}
+        exec(compile(block, str(page), "exec"), namespace)  # noqa: S102 - the page's own code
+        pipelines = [v for v in namespace.values() if isinstance(v, Pipeline)]
+        assert pipelines and all(p.airflow.batches_per_run > 1 for p in pipelines)
