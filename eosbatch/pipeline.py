@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from eosbatch.exceptions import ConfigError
@@ -149,11 +150,95 @@ class KafkaOutput:
 
 Transform = Callable[["DataFrame"], "DataFrame"]
 
+# How many micro-batches one scheduled DAG run may process, at most, unless a pipeline says otherwise; and
+# the most it may say (each batch is a TaskGroup of its own in the DAG).
+BATCHES_PER_RUN = 4
+MOST_BATCHES_PER_RUN = 50
+_CALLBACKS = ("on_failure_callback", "on_success_callback", "on_retry_callback")
+
+
+def _callbacks(field_name: str, value: object) -> object:
+    """None, one callable, or a list of callables (as Airflow takes them); a list becomes a tuple."""
+    if value is None or callable(value):
+        return value
+    if isinstance(value, (list, tuple)) and value and all(callable(v) for v in value):
+        return tuple(value)
+    raise ConfigError(field_name, f"must be a function of the task's context, or a list of them, got {value!r}")
+
+
+def _optional_name(field_name: str, value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ConfigError(field_name, f"must be a non-empty string or None, got {value!r}")
+
+
+@dataclass(frozen=True)
+class AirflowOptions:
+    """How Airflow runs a pipeline's DAGs (eosbatch.orchestration.dags): a plain value, validated when built.
+
+    `batches_per_run`: the most micro-batches one run of the micro-batch DAG processes, one after another,
+    each planned when its turn comes; a run that finds nothing new ends there. `owner`, `retries`,
+    `retry_delay`, `pool`, `queue` and the three callbacks become the `default_args` of the pipeline's three
+    DAGs; `retries` and `retry_delay`, when set, replace eosbatch's own (3 retries, 10 s apart) on every task
+    (terminal errors never retry). `tags` are added to eosbatch's. `max_active_runs` can only be 1: a run
+    holds the pipeline's lane lease from its first plan to its last batch.
+    """
+
+    batches_per_run: int = BATCHES_PER_RUN
+    owner: str = "eosbatch"
+    retries: int | None = None
+    retry_delay: timedelta | None = None
+    pool: str | None = None
+    queue: str | None = None
+    on_failure_callback: Any = None
+    on_success_callback: Any = None
+    on_retry_callback: Any = None
+    tags: Sequence[str] = ()
+    max_active_runs: int = 1
+
+    def __post_init__(self) -> None:
+        cap = self.batches_per_run
+        if not isinstance(cap, int) or isinstance(cap, bool) or not 1 <= cap <= MOST_BATCHES_PER_RUN:
+            raise ConfigError("airflow.batches_per_run", f"must be an int from 1 to {MOST_BATCHES_PER_RUN}, "
+                                                         f"got {cap!r}")
+        if not isinstance(self.owner, str) or not self.owner.strip():
+            raise ConfigError("airflow.owner", f"must be a non-empty string, got {self.owner!r}")
+        if self.retries is not None and (not isinstance(self.retries, int) or isinstance(self.retries, bool)
+                                         or self.retries < 0):
+            raise ConfigError("airflow.retries", f"must be an int >= 0 or None, got {self.retries!r}")
+        if self.retry_delay is not None and (not isinstance(self.retry_delay, timedelta)
+                                             or self.retry_delay < timedelta(0)):
+            raise ConfigError("airflow.retry_delay", f"must be a timedelta >= 0 or None, got {self.retry_delay!r}")
+        _optional_name("airflow.pool", self.pool)
+        _optional_name("airflow.queue", self.queue)
+        for name in _CALLBACKS:
+            object.__setattr__(self, name, _callbacks(f"airflow.{name}", getattr(self, name)))
+        if isinstance(self.tags, str) or not isinstance(self.tags, Sequence):
+            raise ConfigError("airflow.tags", f"must be a list of strings, got {self.tags!r}")
+        for i, tag in enumerate(self.tags):
+            if not isinstance(tag, str) or not tag.strip() or len(tag) > 100:
+                raise ConfigError(f"airflow.tags[{i}]", f"must be a non-empty string of at most 100 characters, "
+                                                        f"got {tag!r}")
+        object.__setattr__(self, "tags", tuple(self.tags))
+        if self.max_active_runs != 1 or isinstance(self.max_active_runs, bool):
+            raise ConfigError("airflow.max_active_runs", f"must be 1, got {self.max_active_runs!r}: a run holds the "
+                                                         "pipeline's lane lease, so two runs at once would only "
+                                                         "wait for each other (or fail with LaneBusy)")
+
+    def default_args(self) -> dict[str, Any]:
+        """The Airflow `default_args` these options set (None: Airflow's or eosbatch's own)."""
+        args: dict[str, Any] = {"owner": self.owner}
+        for name in ("retries", "retry_delay", "pool", "queue", *_CALLBACKS):
+            value = getattr(self, name)
+            if value is not None:
+                args[name] = list(value) if isinstance(value, tuple) else value
+        return args
+
 
 @dataclass(frozen=True)
 class Pipeline:
     """One pipeline: a plain value. Building it registers nothing: eosbatch.registry finds it among the
-    globals (or the `PIPELINES` list) of a module named in EOSBATCH_PIPELINES."""
+    globals (or the `PIPELINES` list) of a module named in EOSBATCH_PIPELINES. `schedule` is its micro-batch
+    DAG's schedule; `airflow` how Airflow runs its DAGs (AirflowOptions, docs/airflow-dags.md)."""
 
     name: str
     source: KafkaSource
@@ -161,7 +246,7 @@ class Pipeline:
     sink: PostgresSink
     output: KafkaOutput | None = None
     schedule: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    airflow: AirflowOptions = AirflowOptions()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -172,6 +257,8 @@ class Pipeline:
                 raise ConfigError(name, f"must be a {kind.__name__}, got {type(value).__name__}")
         if self.output is not None and not isinstance(self.output, KafkaOutput):
             raise ConfigError("output", f"must be a KafkaOutput or None, got {type(self.output).__name__}")
+        if not isinstance(self.airflow, AirflowOptions):
+            raise ConfigError("airflow", f"must be an AirflowOptions, got {type(self.airflow).__name__}")
         if not callable(self.transform):
             raise ConfigError("transform", "must be a function DataFrame -> DataFrame")
         if self.output is not None and self.output.topic in self.source.topics:

@@ -1,12 +1,19 @@
 """The DAG factory: for each registered pipeline, three DAGs whose tasks are thin calls into the engine.
 
-- `eosbatch__<pipeline>`: one micro-batch per run, plan -> process -> commit -> publish -> finalize, and
-  `abort` (trigger rule one_failed) after process/commit. When plan finds nothing new (caught up), the rest
-  of the run is skipped. The pipeline's `schedule` is the DAG's; one run at a time.
+- `eosbatch__<pipeline>`: up to `batches_per_run` micro-batches per run (AirflowOptions, default 4), one after
+  another, each a TaskGroup `batch_1` .. `batch_N`: plan -> process -> commit -> publish -> finalize, and
+  `abort` (trigger rule one_failed) after process/commit. Each group's plan runs only once the previous batch is
+  finalized (a lane allows one unfinished batch), through two gates after each group: `batch_K_failed` (a task
+  of batch K failed) and `batch_K_caught_up` (batch K's plan found nothing new); the next plan runs only when
+  neither holds (trigger rule all_skipped), so a caught-up plan or a failed batch skips the rest of the run in
+  the scheduler, without running a task. The pipeline's `schedule` is the DAG's; one run at a time.
 - `eosbatch__<pipeline>__backfill`: params `ranges` or `from`/`to`, `mode`, `publish`; `plan` (a dry run:
   validates the request, shows the plan, changes nothing) -> `batch`, one mapped instance per planned batch
   (one at a time, in order; each retried or cleared alone) -> `done`.
 - `eosbatch__<pipeline>__replay`: param `batch_id`.
+
+The pipeline's AirflowOptions give the three DAGs their default_args (owner, retries, retry_delay, pool,
+queue, callbacks) and extra tags (docs/airflow-dags.md).
 
 The sink table and the output topic are assets, declared through aliases: events are added only for
 batches really committed or published in the task (eosbatch/orchestration/assets.py).
@@ -21,7 +28,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import DAG, Param, TaskGroup, conf, get_current_context, task
+from airflow.sdk import DAG, BaseOperator, Param, TaskGroup, TriggerRule, conf, get_current_context, task
 
 from eosbatch.orchestration import assets, params, tasks
 from eosbatch.protocol import sequence
@@ -50,9 +57,36 @@ def _outlet_events() -> Any:
     return get_current_context()["outlet_events"]
 
 
-def _defaults() -> dict[str, Any]:
-    # Transient errors retry; terminal ones raise AirflowFailException, which skips the retries.
-    return {"owner": "eosbatch", "retries": RETRIES, "retry_delay": RETRY_DELAY}
+def _retry(pipeline: Pipeline) -> dict[str, Any]:
+    """eosbatch's retries (RETRIES, RETRY_DELAY), or the pipeline's own where it sets them. Transient errors
+    retry; terminal ones raise AirflowFailException, which skips the retries."""
+    options = pipeline.airflow
+    return {"retries": RETRIES if options.retries is None else options.retries,
+            "retry_delay": RETRY_DELAY if options.retry_delay is None else options.retry_delay}
+
+
+def _defaults(pipeline: Pipeline) -> dict[str, Any]:
+    """The DAGs' default_args: the pipeline's AirflowOptions (owner, pool, queue, callbacks), its retries."""
+    return {**pipeline.airflow.default_args(), **_retry(pipeline)}
+
+
+def _tags(pipeline: Pipeline, *kind: str) -> list[str]:
+    return list(dict.fromkeys([*TAGS, pipeline.name, *kind, *pipeline.airflow.tags]))
+
+
+class Gate(BaseOperator):
+    """A task that does nothing, between two batches of a run: the scheduler marks it success, when its
+    trigger rule holds, without running it (as EmptyOperator). Users' callbacks are not attached to it."""
+
+    inherits_from_empty_operator = True
+    ui_color = "#e8f7e4"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(on_failure_callback=None, on_success_callback=None, on_retry_callback=None, retries=0,
+                         **kwargs)
+
+    def execute(self, context: Any) -> None:
+        """Nothing: the gate's state is the news."""
 
 
 def microbatch_group(pipeline: Pipeline, group_id: str = "eosbatch", prefix_group_id: bool = True,
@@ -64,18 +98,26 @@ def microbatch_group(pipeline: Pipeline, group_id: str = "eosbatch", prefix_grou
     hang on `done`, which succeeds when the batch was published *or* there was nothing to do (a caught-up
     plan skips only the group's own tasks), and fails when the batch did. `done` returns the batch's counts
     (XCom). Task ids are prefixed with the group id (`eosbatch.plan`) unless `prefix_group_id=False`. The
-    tasks carry eosbatch's own retries, whatever your DAG's default_args say. With `verify`, a `verify`
-    task after `finalize` checks the batch just published (`eosbatch verify --batch`); a violation fails it,
-    naming what broke, and so the run."""
+    tasks carry eosbatch's own retries (or the pipeline's AirflowOptions.retries), whatever your DAG's
+    default_args say. With `verify`, a `verify` task after `finalize` checks the batch just published
+    (`eosbatch verify --batch`); a violation fails it, naming what broke, and so the run."""
+    return _group(pipeline, group_id, prefix_group_id, verify, done_rule=TriggerRule.NONE_FAILED)[0]
+
+
+def _group(pipeline: Pipeline, group_id: str, prefix_group_id: bool, verify: bool, done_rule: TriggerRule,
+           plan_rule: TriggerRule = TriggerRule.ALL_SUCCESS) -> tuple[TaskGroup, Any, Any]:
+    """The micro-batch TaskGroup, its plan task and its finalize task. `done_rule`: none_failed runs `done`
+    after a caught-up plan (a user's group); none_failed_min_one_success skips it when everything before it
+    was skipped (the DAG's groups: a caught-up or skipped group costs no task). `plan_rule`: when plan runs."""
     name = pipeline.name
-    retry: dict[str, Any] = {"retries": RETRIES, "retry_delay": RETRY_DELAY}
+    retry = _retry(pipeline)
     with TaskGroup(group_id=group_id, prefix_group_id=prefix_group_id, tooltip=f"eosbatch micro-batch of {name}",
                    ) as group:
 
         # Only the group's tasks that take the planned batch are skipped: nothing past `done` is.
         @task.short_circuit(task_id=sequence.PLAN.name, ignore_downstream_trigger_rules=False,
                             outlets=assets.aliases(pipeline, *sequence.PLAN.announces), doc_md=sequence.PLAN.doc,
-                            **retry)
+                            trigger_rule=plan_rule, **retry)
         def plan() -> int | None:
             return tasks.plan(name, _owner(), _outlet_events())
 
@@ -86,7 +128,7 @@ def microbatch_group(pipeline: Pipeline, group_id: str = "eosbatch", prefix_grou
             batch_id = context["ti"].xcom_pull(task_ids=plan_task)
             return tasks.abort(name, batch_id, context["run_id"], _owner())
 
-        @task(task_id="done", trigger_rule="none_failed", **retry)
+        @task(task_id="done", trigger_rule=done_rule, **retry)
         def done(plan_task: str) -> dict[str, Any]:
             """The batch's counts (read, sink rows, dead letters, published), or `caught_up`."""
             return tasks.summary(name, get_current_context()["ti"].xcom_pull(task_ids=plan_task))
@@ -101,7 +143,7 @@ def microbatch_group(pipeline: Pipeline, group_id: str = "eosbatch", prefix_grou
             if step.abortable:
                 abortable.append(made)
             before = made
-        finalized = before
+        finalized = last = before
         if verify:
 
             @task(task_id="verify", retries=1, retry_delay=RETRY_DELAY)
@@ -111,11 +153,11 @@ def microbatch_group(pipeline: Pipeline, group_id: str = "eosbatch", prefix_grou
 
             checked = check(batch)
             finalized >> checked
-            finalized = checked
+            last = checked
         aborted = abort(planned.operator.task_id)
         abortable >> aborted
-        [finalized, aborted] >> done(planned.operator.task_id)
-    return group
+        [last, aborted] >> done(planned.operator.task_id)
+    return group, planned.operator, finalized.operator
 
 
 def _batch_task(pipeline: Pipeline, step: sequence.Step, retry: dict[str, Any]) -> Any:
@@ -134,19 +176,33 @@ def _batch_task(pipeline: Pipeline, step: sequence.Step, retry: dict[str, Any]) 
 
 
 def microbatch_dag(pipeline: Pipeline) -> DAG:
-    name = pipeline.name
+    """Up to `batches_per_run` micro-batches, one TaskGroup each (`batch_1` ..), one after another: each
+    group's plan runs once the batch before it is finalized, and neither failed nor found nothing new."""
+    name, most = pipeline.name, pipeline.airflow.batches_per_run
     with DAG(dag_id=dag_id(name), schedule=pipeline.schedule, start_date=START, catchup=False,
-             max_active_runs=1, default_args=_defaults(), tags=[*TAGS, name],
-             description=f"eosbatch micro-batch of {name}: plan -> process -> commit -> publish -> finalize",
-             doc_md=__doc__) as dag:
-        microbatch_group(pipeline, prefix_group_id=False)
+             max_active_runs=pipeline.airflow.max_active_runs, default_args=_defaults(pipeline),
+             tags=_tags(pipeline), doc_md=__doc__,
+             description=f"eosbatch micro-batches of {name}, up to {most} per run: plan -> process -> commit -> "
+                         "publish -> finalize") as dag:
+        gates: list[Gate] = []
+        for number in range(1, most + 1):
+            _, plan, finalize = _group(pipeline, f"batch_{number}", True, False,
+                                       done_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+                                       plan_rule=TriggerRule.ALL_SKIPPED if gates else TriggerRule.ALL_SUCCESS)
+            gates >> plan
+            if number < most:
+                gates = [Gate(task_id=f"batch_{number}_failed", trigger_rule=TriggerRule.ALL_FAILED,
+                              doc_md=f"Success: a task of batch {number} failed, so the run stops here."),
+                         Gate(task_id=f"batch_{number}_caught_up", trigger_rule=TriggerRule.ALL_SKIPPED,
+                              doc_md=f"Success: batch {number}'s plan found nothing new, so the run stops here.")]
+                finalize >> gates
     return dag
 
 
 def backfill_dag(pipeline: Pipeline) -> DAG:
     name = pipeline.name
     with DAG(dag_id=dag_id(name, "backfill"), schedule=None, start_date=START, catchup=False,
-             max_active_runs=1, default_args=_defaults(), tags=[*TAGS, name, "backfill"],
+             max_active_runs=1, default_args=_defaults(pipeline), tags=_tags(pipeline, "backfill"),
              params={key: Param(default, description=text, **schema)
                      for key, (default, schema, text) in params.BACKFILL.items()},
              description=f"eosbatch backfill of {name}: offset ranges or a time window, fill or reprocess",
@@ -182,7 +238,7 @@ def backfill_dag(pipeline: Pipeline) -> DAG:
 def replay_dag(pipeline: Pipeline) -> DAG:
     name = pipeline.name
     with DAG(dag_id=dag_id(name, "replay"), schedule=None, start_date=START, catchup=False,
-             max_active_runs=1, default_args=_defaults(), tags=[*TAGS, name, "replay"],
+             max_active_runs=1, default_args=_defaults(pipeline), tags=_tags(pipeline, "replay"),
              params={"batch_id": Param(description="The batch to replay (aborted) or publish (committed).",
                                        **params.REPLAY_BATCH_ID)},
              description=f"eosbatch replay of one batch of {name}", doc_md=__doc__) as dag:

@@ -18,9 +18,12 @@ os.environ["AIRFLOW_HOME"] = str(local.home())
 local.write_config()
 
 # One real Airflow serves the scheduler tests; each gets its own pipelines (tests/pipelines/scheduled.py).
-# role -> (starting offsets, max records per batch); the backfills of history and ui map several batches.
+# role -> (starting offsets, max records per batch); the backfills of history and ui map several batches; the
+# catch-up test's pipeline runs up to CATCHUP_CAP small batches per run.
 ROLES = {"e2e": ("earliest", 100_000), "kill": ("earliest", 100_000), "history": ("latest", 1000),
-         "pair": ("earliest", 100_000), "secured": ("earliest", 100_000), "ui": ("latest", 1000)}
+         "pair": ("earliest", 100_000), "secured": ("earliest", 100_000), "ui": ("latest", 1000),
+         "catchup": ("earliest", 300)}
+CATCHUP_CAP = 4
 
 DOWNSTREAM_DAG = """
 from datetime import UTC, datetime
@@ -60,8 +63,10 @@ def scheduler(settings, tmp_path_factory) -> Iterator[LocalAirflow]:
     suffixes = {role: uuid.uuid4().hex[:8] for role in ROLES}
     # The kill test's process step sleeps 15 s per Spark task: long enough to kill the scheduler during it;
     # the pair's totals pipeline 8 s: long enough for the other pipeline's process to run beside it.
-    slow = {"kill": ":15", "pair": ":8"}
-    specs = ",".join(f"{suffixes[role]}:{start}:{batch}{slow.get(role, '')}" for role, (start, batch) in ROLES.items())
+    slow = {"kill": "15", "pair": "8"}
+    cap = {"catchup": str(CATCHUP_CAP)}
+    specs = ",".join(f"{suffixes[role]}:{start}:{batch}:{slow.get(role, '')}:{cap.get(role, '')}"
+                     for role, (start, batch) in ROLES.items())
     # A user's downstream DAG, in a DAG bundle of its own, scheduled on the e2e pipeline's sink asset.
     users = tmp_path_factory.mktemp("users_dags")
     (users / "downstream.py").write_text(DOWNSTREAM_DAG.replace("{suffix}", suffixes["e2e"]))

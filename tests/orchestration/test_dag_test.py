@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import importlib
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from eosbatch import faults
-from tests.orchestration.helpers import asset_events
+from eosbatch.pipeline import BATCHES_PER_RUN
+from tests.orchestration.helpers import asset_events, run_states
 from tests.scenario import ROOT, Scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
@@ -42,9 +44,7 @@ def test_dag_test_of_micro_batch_backfill_and_replay_dags(history: Scenario) -> 
     # Started at the end: nothing to do yet; plan short-circuits the rest of the run.
     run = micro.test()
     assert run.state == "success"
-    assert {ti.task_id: ti.state for ti in run.get_task_instances()} == {
-        "plan": "success", "process": "skipped", "commit": "skipped", "publish": "skipped",
-        "finalize": "skipped", "abort": "skipped", "done": "success"}
+    assert {ti.task_id: ti.state for ti in run.get_task_instances()} == run_states(0, BATCHES_PER_RUN)
     assert history.batches() == []
     assert asset_events(sink_uri) == [] and asset_events(output_uri) == []  # a caught-up run changed nothing
 
@@ -52,8 +52,7 @@ def test_dag_test_of_micro_batch_backfill_and_replay_dags(history: Scenario) -> 
     run = micro.test()
     assert run.state == "success"
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
-    assert states == {"plan": "success", "process": "success", "commit": "success", "publish": "success",
-                      "finalize": "success", "abort": "skipped", "done": "success"}
+    assert states == run_states(1, BATCHES_PER_RUN)  # one batch took it all; batch_2's plan found nothing
     assert [(kind, state) for _, kind, state in history.batches()] == [("regular", "published")]
     [(regular, _, _)] = history.batches()
     [sunk] = asset_events(sink_uri)
@@ -102,10 +101,74 @@ def test_dag_test_of_micro_batch_backfill_and_replay_dags(history: Scenario) -> 
     assert state == "committed"
     run = micro.test()
     assert run.state == "success" and history.batches()[-1] == (rolled, "regular", "published")
-    assert {ti.task_id: ti.state for ti in run.get_task_instances()}["process"] == "skipped"
+    assert {ti.task_id: ti.state for ti in run.get_task_instances()}["batch_1.process"] == "skipped"
     assert [e["batch"] for e in asset_events(output_uri)][-1] == rolled
     assert rolled not in [e["batch"] for e in asset_events(sink_uri)]
     history.assert_exactly_once(from_log_start=True)
+
+
+CALLBACK_DAG = """
+import dataclasses
+
+from eosbatch import AirflowOptions, registry
+from eosbatch.orchestration import dags
+
+CALLED = []
+
+
+def on_failure(context):  # as a user writes one: page someone with the task and the error
+    CALLED.append({"task": context["ti"].task_id, "error": context["exception"]})
+
+
+# A pipeline this DAG file defines, but the tasks' EOSBATCH_PIPELINES does not register.
+pipeline = dataclasses.replace(registry.get("{pipeline}"), name="{name}",
+                               airflow=AirflowOptions(retries=2, on_failure_callback=on_failure))
+dag = dags.microbatch_dag(pipeline)
+"""
+
+
+def users_dag_file(history: Scenario, tmp_path, monkeypatch, name: str, source: str) -> Any:
+    """`source` as the module `name` of a DAG bundle of its own (a user's DAG file), imported here."""
+    import importlib.util
+    import json
+
+    from airflow.configuration import conf
+
+    bundles = json.loads(conf.get("dag_processor", "dag_bundle_config_list"))
+    bundles.append({"name": f"users-{history.suffix}", "kwargs": {"path": str(tmp_path)},
+                    "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle"})
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps(bundles))
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_pipelines_failure_callback_gets_a_terminal_error(history: Scenario, tmp_path, monkeypatch) -> None:
+    """A pipeline's on_failure_callback (AirflowOptions) fires when a task fails for good, with the error in
+    its context. The error: a pipeline that the DAG file defines but the tasks' environment does not register
+    (EOSBATCH_PIPELINES differs between the DAG processor and the workers), terminal, so plan fails at once
+    despite its retries; the run stops there: its later batches are skipped without running."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    name = f"unregistered_{history.suffix}"
+    module = users_dag_file(history, tmp_path, monkeypatch, f"callback_{history.suffix}",
+                            CALLBACK_DAG.replace("{pipeline}", history.pipeline).replace("{name}", name))
+    run = module.dag.test()
+    assert run.state == "failed"
+    instances = {ti.task_id: ti for ti in run.get_task_instances()}
+    assert (instances["batch_1.plan"].state, instances["batch_1.plan"].try_number) == ("failed", 1)  # no retry
+    assert instances["batch_1_failed"].state == "success"  # the gate that stops the run
+    assert {ti.state for task, ti in instances.items() if task.startswith("batch_2.")} == {"skipped"}
+    [call] = module.CALLED
+    assert call["task"] == "batch_1.plan" and isinstance(call["error"], AirflowFailException)
+    assert f"no pipeline named {name!r}" in str(call["error"])
+    assert "terminal: no retry" in str(call["error"])
+    print(f"on_failure_callback: {call['task']}: {call['error']}")
+    assert history.batches() == []
 
 
 USERS_DAG = """
@@ -138,22 +201,8 @@ def test_task_group_in_a_dag_of_ones_own(history: Scenario, tmp_path, monkeypatc
     """The micro-batch as a TaskGroup between a user's own tasks, in a DAG file of the user's (a bundle of
     its own): a caught-up run skips only the group's tasks (the user's task after it runs), XCom works with
     the prefixed ids, and `done` returns the counts."""
-    import importlib.util
-    import json
-
-    from airflow.configuration import conf
-
-    bundles = json.loads(conf.get("dag_processor", "dag_bundle_config_list"))
-    bundles.append({"name": f"users-{history.suffix}", "kwargs": {"path": str(tmp_path)},
-                    "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle"})
-    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps(bundles))
-    source = tmp_path / "users_own.py"
-    source.write_text(USERS_DAG.replace("{pipeline}", history.pipeline))
-    spec = importlib.util.spec_from_file_location(f"users_own_{history.suffix}", source)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    dag = module.dag
+    dag = users_dag_file(history, tmp_path, monkeypatch, f"users_own_{history.suffix}",
+                         USERS_DAG.replace("{pipeline}", history.pipeline)).dag
 
     def outcome(run) -> tuple[dict[str, str], dict]:
         instances = {ti.task_id: ti for ti in run.get_task_instances()}

@@ -54,26 +54,81 @@ def test_dag_file_imports_without_errors_into_three_dags_per_pipeline(dagbag) ->
 
 @pytest.mark.parametrize("pipeline", PIPELINES)
 def test_micro_batch_dag(dagbag, pipeline) -> None:
+    """`batches_per_run` TaskGroups, one per batch, each planned only after the previous one finalized, and
+    never after one failed or found nothing new (the two gates between them)."""
+    from eosbatch.pipeline import BATCHES_PER_RUN
+
     dag = dagbag.get_dag(f"eosbatch__{pipeline}")
     assert dag.max_active_runs == 1 and dag.catchup is False
-    assert set(dag.task_ids) == {"plan", "process", "commit", "publish", "finalize", "abort", "done"}
-    chain = ["plan", "process", "commit", "publish", "finalize"]
-    for upstream, downstream in zip(chain, chain[1:], strict=False):
-        assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
-    abort = dag.get_task("abort")
-    assert abort.trigger_rule == "one_failed"
-    assert abort.upstream_task_ids == {"process", "commit"}
-    assert "abort" not in dag.get_task("publish").downstream_task_ids  # a committed batch only rolls forward
-    assert type(dag.get_task("plan")).__name__ == "_ShortCircuitDecoratedOperator"
-    done = dag.get_task("done")  # what a user's tasks after the group hang on: it runs after a caught-up plan
-    assert done.trigger_rule == "none_failed" and done.upstream_task_ids == {"finalize", "abort"}
+    steps = ["plan", "process", "commit", "publish", "finalize", "abort", "done"]
+    groups = [f"batch_{n}" for n in range(1, BATCHES_PER_RUN + 1)]
+    gates = [f"{g}_{why}" for g in groups[:-1] for why in ("failed", "caught_up")]
+    assert set(dag.task_ids) == {f"{g}.{step}" for g in groups for step in steps} | set(gates)
+    for number, group in enumerate(groups, 1):
+        task = {step: dag.get_task(f"{group}.{step}") for step in steps}
+        chain = steps[:5]
+        for upstream, downstream in zip(chain, chain[1:], strict=False):
+            assert task[downstream].task_id in task[upstream].downstream_task_ids, (group, upstream, downstream)
+        assert task["abort"].trigger_rule == "one_failed"
+        assert task["abort"].upstream_task_ids == {f"{group}.process", f"{group}.commit"}
+        assert task["abort"].task_id not in task["publish"].downstream_task_ids  # a committed batch rolls forward
+        assert type(task["plan"]).__name__ == "_ShortCircuitDecoratedOperator"
+        # done is skipped when its whole group was (a caught-up or stopped run costs no task)
+        assert task["done"].trigger_rule == "none_failed_min_one_success"
+        assert task["done"].upstream_task_ids == {f"{group}.finalize", f"{group}.abort"}
+        if number == 1:
+            assert task["plan"].upstream_task_ids == set() and task["plan"].trigger_rule == "all_success"
+        else:  # the next batch is planned only when the previous one neither failed nor was caught up
+            before = groups[number - 2]
+            assert task["plan"].trigger_rule == "all_skipped"
+            assert task["plan"].upstream_task_ids == {f"{before}_failed", f"{before}_caught_up"}
+            assert dag.get_task(f"{before}_failed").trigger_rule == "all_failed"
+            assert dag.get_task(f"{before}_caught_up").trigger_rule == "all_skipped"
+            for gate in ("failed", "caught_up"):
+                assert dag.get_task(f"{before}_{gate}").upstream_task_ids == {f"{before}.finalize"}
     for task in dag.tasks:
-        assert task.retries >= 1, task.task_id
+        assert task.retries >= 1 or task.task_id in gates, task.task_id
     # asset events only through aliases: a task adds them for the batches it really committed or published
     outlets = {task.task_id: [type(o).__name__ + ":" + o.name for o in task.outlets] for task in dag.tasks}
+    sink, output = f"AssetAlias:eosbatch__{pipeline}__sink", f"AssetAlias:eosbatch__{pipeline}__output"
     assert {task: names for task, names in outlets.items() if names} == {
-        "commit": [f"AssetAlias:eosbatch__{pipeline}__sink"], "plan": [f"AssetAlias:eosbatch__{pipeline}__output"],
-        "finalize": [f"AssetAlias:eosbatch__{pipeline}__output"]}
+        f"{g}.{step}": [alias] for g in groups for step, alias in (("commit", sink), ("plan", output),
+                                                                    ("finalize", output))}
+
+
+def test_a_pipelines_airflow_options_are_its_dags_settings() -> None:
+    """AirflowOptions become the three DAGs' default_args and tags; the retries replace eosbatch's own on
+    every task, also inside the TaskGroup; the gates carry no callbacks (the scheduler never runs them)."""
+    from datetime import timedelta
+
+    from eosbatch import AirflowOptions, KafkaSource, Pipeline, PostgresSink
+    from eosbatch.orchestration import dags
+
+    def alert(context) -> None:  # a user's callback
+        """Never called here."""
+
+    options = AirflowOptions(batches_per_run=2, owner="data-team", retries=5, retry_delay=timedelta(minutes=2),
+                             pool="eosbatch_pool", queue="spark", on_failure_callback=alert, tags=["orders"])
+    pipeline = Pipeline(name="options_probe", source=KafkaSource(["probe_in"]), transform=lambda df: df,
+                        sink=PostgresSink("probe", key=["id"]), airflow=options)
+    built = dags.build([pipeline])
+    assert set(built) == {"eosbatch__options_probe", "eosbatch__options_probe__backfill",
+                          "eosbatch__options_probe__replay"}
+    micro = built["eosbatch__options_probe"]
+    assert micro.max_active_runs == 1 and micro.tags == {"eosbatch", "options_probe", "orders"}
+    assert built["eosbatch__options_probe__backfill"].tags == {"eosbatch", "options_probe", "backfill", "orders"}
+    gates = {"batch_1_failed", "batch_1_caught_up"}
+    assert {t.task_id.split(".")[0] for t in micro.tasks} == {"batch_1", "batch_2", *gates}
+    for dag in built.values():
+        assert dag.default_args["owner"] == "data-team"
+        for task in dag.tasks:
+            assert (task.owner, task.pool, task.queue) == ("data-team", "eosbatch_pool", "spark"), task.task_id
+            if task.task_id in gates:
+                assert task.retries == 0 and not task.on_failure_callback
+                continue
+            assert task.on_failure_callback == [alert] or task.on_failure_callback == alert, task.task_id
+            if task.task_id != "plan" or dag is micro:  # the backfill's plan is a dry run: a refusal is final
+                assert (task.retries, task.retry_delay) == (5, timedelta(minutes=2)), (dag.dag_id, task.task_id)
 
 
 def test_backfill_dag_params_are_validated_json_schemas(dagbag) -> None:

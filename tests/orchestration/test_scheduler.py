@@ -13,12 +13,13 @@ import pytest
 from eosbatch import faults
 from eosbatch.kafka.offsets import bounds
 from eosbatch.orchestration import assets, local
-from tests.orchestration.helpers import LocalAirflow, asset_events
+from eosbatch.pipeline import BATCHES_PER_RUN
+from tests.orchestration.helpers import LocalAirflow, asset_events, run_states
 from tests.pipelines.factory import make
 from tests.scenario import Scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
-SKIPPED_AFTER_PLAN = {"process", "commit", "publish", "finalize", "abort"}
+CAP = BATCHES_PER_RUN  # the test pipelines' batches per run (but the catch-up test's: CATCHUP_CAP)
 
 
 def states(airflow: LocalAirflow, dag: str, run: str) -> dict[str, str | None]:
@@ -43,9 +44,8 @@ def test_micro_batch_dag_through_the_real_scheduler_is_exactly_once(scheduler: L
     sink = assets.sink_uri(settings, make(scheduler.suffixes["e2e"], 100_000)[0])  # as the scheduler's pipeline
 
     assert run_to_end(scheduler, dag, "e2e-1") == "success"
-    assert states(scheduler, dag, "e2e-1") == {"plan": "success", "process": "success", "commit": "success",
-                                               "publish": "success", "finalize": "success", "abort": "skipped",
-                                               "done": "success"}
+    # one batch (all the input), then a caught-up plan in batch_2: the rest of the run skipped, no task run
+    assert states(scheduler, dag, "e2e-1") == run_states(1, CAP)
     scenario.assert_exactly_once()
     [(batch, _, _)] = scenario.batches()
     assert [event["batch"] for event in asset_events(sink)] == [batch]
@@ -56,8 +56,7 @@ def test_micro_batch_dag_through_the_real_scheduler_is_exactly_once(scheduler: L
     check_lineage(scheduler, scenario, dag, "e2e-1", batch)
 
     assert run_to_end(scheduler, dag, "e2e-2") == "success"  # caught up: plan finds nothing, the rest skips
-    assert states(scheduler, dag, "e2e-2") == {"plan": "success", **dict.fromkeys(SKIPPED_AFTER_PLAN, "skipped"),
-                                               "done": "success"}
+    assert states(scheduler, dag, "e2e-2") == run_states(0, CAP)
     assert scenario.states() == ["published"]
     scenario.assert_exactly_once()
     print(f"exactly-once: OK for {scenario.pipeline}: batches {scenario.batches()}")
@@ -80,16 +79,16 @@ def check_lineage(airflow: LocalAirflow, scenario: Scenario, dag: str, run: str,
     url, kafka = make_url(scenario.settings.database_url), f"kafka://{scenario.settings.kafka_bootstrap}"
 
     def datasets(task: str, side: str) -> list[tuple[str, str]]:
-        return [(d["namespace"], d["name"]) for d in events[task][side]]
+        return [(d["namespace"], d["name"]) for d in events[f"batch_1.{task}"][side]]
 
     assert datasets("commit", "inputs") == datasets("finalize", "inputs") == [(kafka, scenario.input)]
     assert datasets("commit", "outputs") == [(f"postgres://{url.host}:{url.port}",
                                               f"{url.database}.public.crash_totals_{scenario.suffix}")]
     assert datasets("finalize", "outputs") == [(kafka, scenario.output)]
     for task in ("commit", "finalize"):
-        [reported] = events[task]["run"]["facets"]["eosbatch"]["batches"]
+        [reported] = events[f"batch_1.{task}"]["run"]["facets"]["eosbatch"]["batches"]
         assert reported["batch"] == batch and sorted(reported["ranges"]) == ranges
-    assert "eosbatch" not in events["process"]["run"]["facets"]  # it changed nothing downstream can see
+    assert "eosbatch" not in events["batch_1.process"]["run"]["facets"]  # it changed nothing downstream can see
     print(f"OpenLineage: commit {datasets('commit', 'inputs')} -> {datasets('commit', 'outputs')}, finalize -> "
           f"{datasets('finalize', 'outputs')}; batch {batch} ranges {ranges}")
 
@@ -104,7 +103,7 @@ def test_scheduler_killed_mid_process_then_runs_recover_exactly_once(scheduler: 
     # conftest), then kill the scheduler's process group.
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
-        if scenario.batches() and scheduler.task_state(dag, "kill-1", "process") == "running":
+        if scenario.batches() and scheduler.task_state(dag, "kill-1", "batch_1.process") == "running":
             break
         time.sleep(0.5)
     else:
@@ -199,7 +198,7 @@ def test_two_pipelines_at_once_under_the_local_executor(scheduler: LocalAirflow,
         scheduler.trigger(dag, "pair-1")
     assert [scheduler.wait_run(dag, "pair-1") for dag in dags] == ["success", "success"]
     spans = scheduler.query("SELECT dag_id, start_date, end_date FROM task_instance WHERE dag_id = ANY(%s) AND "
-                            "run_id = 'pair-1' AND task_id = 'process'", (dags,))
+                            "run_id = 'pair-1' AND task_id = 'batch_1.process'", (dags,))
     assert len(spans) == 2
     assert max(start for _, start, _ in spans) < min(end for _, _, end in spans), f"not side by side: {spans}"
     for dag in dags:

@@ -1,10 +1,11 @@
 """Pipelines for the tests through a real Airflow: one scheduler serves several tests at once, so every
-entry of EOSBATCH_TEST_SUFFIXES ("suffix[:start[:batch[:slow]]]", comma-separated) gets the crash-test pipelines
-(tests/pipelines/factory.py), named as tests/scenario.py expects."""
+entry of EOSBATCH_TEST_SUFFIXES ("suffix[:start[:batch[:slow[:batches per run]]]]", comma-separated) gets the
+crash-test pipelines (tests/pipelines/factory.py), named as tests/scenario.py expects."""
 
 import os
 
 from eosbatch import Pipeline
+from eosbatch.pipeline import BATCHES_PER_RUN
 from tests.pipelines.factory import make
 
 SPECS = [spec.strip() for spec in os.environ.get("EOSBATCH_TEST_SUFFIXES", "").split(",") if spec.strip()]
@@ -13,8 +14,9 @@ SPECS = [spec.strip() for spec in os.environ.get("EOSBATCH_TEST_SUFFIXES", "").s
 def _pipelines(spec: str) -> tuple[Pipeline, Pipeline]:
     suffix, _, rest = spec.partition(":")
     start, _, rest = rest.partition(":")
-    batch, _, slow = rest.partition(":")
-    return make(suffix, int(batch or 1500), start or "earliest", float(slow or 0))
+    batch, _, rest = rest.partition(":")
+    slow, _, cap = rest.partition(":")
+    return make(suffix, int(batch or 1500), start or "earliest", float(slow or 0), int(cap or BATCHES_PER_RUN))
 
 
 PIPELINES = [pipeline for spec in SPECS for pipeline in _pipelines(spec)]
