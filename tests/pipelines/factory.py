@@ -5,8 +5,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from eosbatch import AirflowOptions, KafkaOutput, KafkaSource, Pipeline, PostgresSink
-from eosbatch.pipeline import BATCHES_PER_RUN
+from eosbatch import KafkaOutput, KafkaSource, Pipeline, PostgresSink
 from examples.orders.pipeline import ORDER_SCHEMA, to_latest, to_totals
 
 
@@ -28,11 +27,17 @@ def slowed(transform: Callable[[Any], Any], seconds: float) -> Callable[[Any], A
 
 
 def make(suffix: str, batch: int = 1500, start: str = "earliest", slow: float = 0,
-         batches_per_run: int = BATCHES_PER_RUN) -> tuple[Pipeline, Pipeline]:
+         batches_per_run: int | None = None) -> tuple[Pipeline, Pipeline]:
     """(crash_totals_<suffix>, crash_latest_<suffix>); `start` "latest": a pipeline started at the end;
     `slow`: seconds every Spark task of the totals pipeline's transform sleeps first; `batches_per_run`:
-    the most batches a run of their micro-batch DAGs processes."""
-    airflow = AirflowOptions(batches_per_run=batches_per_run)
+    the most batches a run of their micro-batch DAGs processes (None: eosbatch's default). Without it, nothing
+    newer than the previous release is imported or passed: tests/integration/test_upgrade.py loads this module
+    with the previous release's eosbatch."""
+    airflow: dict[str, Any] = {}
+    if batches_per_run is not None:
+        from eosbatch import AirflowOptions
+
+        airflow["airflow"] = AirflowOptions(batches_per_run=batches_per_run)
     totals = Pipeline(
         name=f"crash_totals_{suffix}",
         source=KafkaSource(topics=[f"crash_in_{suffix}"], max_records_per_batch=batch, value_schema=ORDER_SCHEMA,
@@ -41,7 +46,7 @@ def make(suffix: str, batch: int = 1500, start: str = "earliest", slow: float = 
         sink=PostgresSink(table=f"crash_totals_{suffix}", key=["customer_id"], mode="accumulate",
                           accumulate=["total_amount", "order_count"]),
         output=KafkaOutput(topic=f"crash_totals_out_{suffix}", key="customer_id"),
-        airflow=airflow,
+        **airflow,
     )
     latest = Pipeline(
         name=f"crash_latest_{suffix}",
@@ -50,6 +55,6 @@ def make(suffix: str, batch: int = 1500, start: str = "earliest", slow: float = 
         transform=to_latest,
         sink=PostgresSink(table=f"crash_latest_{suffix}", key=["order_id"]),
         output=KafkaOutput(topic=f"crash_latest_out_{suffix}", key="order_id"),
-        airflow=airflow,
+        **airflow,
     )
     return totals, latest

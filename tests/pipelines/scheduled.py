@@ -5,7 +5,6 @@ crash-test pipelines (tests/pipelines/factory.py), named as tests/scenario.py ex
 import os
 
 from eosbatch import Pipeline
-from eosbatch.pipeline import BATCHES_PER_RUN
 from tests.pipelines.factory import make
 
 SPECS = [spec.strip() for spec in os.environ.get("EOSBATCH_TEST_SUFFIXES", "").split(",") if spec.strip()]
@@ -16,7 +15,7 @@ def _pipelines(spec: str) -> tuple[Pipeline, Pipeline]:
     start, _, rest = rest.partition(":")
     batch, _, rest = rest.partition(":")
     slow, _, cap = rest.partition(":")
-    return make(suffix, int(batch or 1500), start or "earliest", float(slow or 0), int(cap or BATCHES_PER_RUN))
+    return make(suffix, int(batch or 1500), start or "earliest", float(slow or 0), int(cap) if cap else None)
 
 
 PIPELINES = [pipeline for spec in SPECS for pipeline in _pipelines(spec)]
