@@ -39,7 +39,10 @@ def test_the_cpu_a_child_burns_is_counted_in_its_parents_tree_after_it_ended() -
     used = cpu.usage(before, cpu.sample(roots))
     assert used.parts["me"] >= 0.4  # the child's 0.5 s, now in this process's children's time
     assert used.parts["gone"] == 0
-    assert used.machine >= used.parts["me"] - 0.05  # ticks of the two counters are sampled apart
+    # The machine's busy ticks saw the child's burn too. Not compared with `me` itself: /proc/stat counts ticks,
+    # the process times are accounted otherwise, and on a loaded machine they differ by more than a tick
+    # (a CI run saw machine 0.52 s against me 0.58 s).
+    assert used.machine >= 0.4
 
 
 def test_a_named_root_inside_another_tree_is_counted_once() -> None:
