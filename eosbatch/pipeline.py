@@ -3,6 +3,7 @@ naming the field, long before a batch is planned."""
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -10,11 +11,17 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from eosbatch.exceptions import ConfigError
+from eosbatch.protocol.ranges import OffsetRange
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-SinkMode = Literal["replace", "accumulate"]
+SinkMode = Literal["replace", "accumulate", "append"]
+SINK_MODES = ("replace", "accumulate", "append")
+# An append sink's key: each row's source position and its number among the rows the transform made of that
+# record (eosbatch numbers them: spark/shaping.py). Not chosen by the pipeline.
+APPEND_ROW_COLUMN = "row_in_record"
+APPEND_KEY = ("topic", "partition", "offset", APPEND_ROW_COLUMN)
 StartingOffsets = Literal["earliest", "latest"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
@@ -107,23 +114,36 @@ class KafkaSource:
 class PostgresSink:
     """Where results land. `replace`: a later row for a key replaces the stored one; inside one batch the
     row with the highest `order_by` (or source position, when the transform keeps `partition`/`offset`)
-    wins. `accumulate`: the `accumulate` columns add to the stored values (running totals)."""
+    wins. `accumulate`: the `accumulate` columns add to the stored values (running totals). `append`: every
+    row is inserted once, keyed by its source position (topic, partition, offset, row_in_record): no `key`.
+    `evolve`: a column the transform adds is added to the sink (nullable), never dropped or narrowed
+    (docs/sinks.md)."""
 
     table: str
-    key: Sequence[str]
+    key: Sequence[str] = ()
     mode: SinkMode = "replace"
     accumulate: Sequence[str] = ()
     order_by: Sequence[str] = ()
     schema: str = "public"
+    evolve: bool = False
 
     def __post_init__(self) -> None:
         _identifier("sink.table", self.table)
         _identifier("sink.schema", self.schema)
-        object.__setattr__(self, "key", _identifiers("sink.key", self.key))
+        if self.mode not in SINK_MODES:
+            raise ConfigError("sink.mode", f"must be one of {', '.join(map(repr, SINK_MODES))}, got {self.mode!r}")
+        if not isinstance(self.evolve, bool):
+            raise ConfigError("sink.evolve", f"must be True or False, got {self.evolve!r}")
+        if self.mode == "append":
+            key = _identifiers("sink.key", self.key, allow_empty=True)
+            if key and key != APPEND_KEY:
+                raise ConfigError("sink.key", f"an append sink is keyed by each row's source position "
+                                              f"{list(APPEND_KEY)}; leave key out (got {list(key)})")
+            object.__setattr__(self, "key", APPEND_KEY)
+        else:
+            object.__setattr__(self, "key", _identifiers("sink.key", self.key))
         object.__setattr__(self, "accumulate", _identifiers("sink.accumulate", self.accumulate, allow_empty=True))
         object.__setattr__(self, "order_by", _identifiers("sink.order_by", self.order_by, allow_empty=True))
-        if self.mode not in ("replace", "accumulate"):
-            raise ConfigError("sink.mode", f"must be 'replace' or 'accumulate', got {self.mode!r}")
         if self.mode == "accumulate":
             if not self.accumulate:
                 raise ConfigError("sink.accumulate", "an accumulate sink must name the columns that add up")
@@ -131,6 +151,8 @@ class PostgresSink:
                 raise ConfigError("sink.order_by", "an accumulate sink adds every row; there is nothing to order")
         elif self.accumulate:
             raise ConfigError("sink.accumulate", "only for mode='accumulate'")
+        if self.mode == "append" and self.order_by:
+            raise ConfigError("sink.order_by", "an append sink inserts every row; there is nothing to order")
         if overlap := set(self.key) & set(self.accumulate):
             raise ConfigError("sink.accumulate", f"key columns cannot be accumulated: {sorted(overlap)}")
 
@@ -148,7 +170,41 @@ class KafkaOutput:
         _identifier("output.key", self.key)
 
 
-Transform = Callable[["DataFrame"], "DataFrame"]
+Transform = Callable[..., "DataFrame"]
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """What a transform of two arguments, `transform(df, batch)`, learns about its batch: the offset ranges it
+    reads, and nothing else (no batch id, kind or settings: output that depended on them would change on a
+    replay, and `eosbatch verify` recomputes the sink passing the same ranges)."""
+
+    ranges: tuple[OffsetRange, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ranges", tuple(OffsetRange(*r) for r in self.ranges))
+
+
+def transform_arity(transform: object) -> int:
+    """1 for `transform(df)`, 2 for `transform(df, batch)` (a BatchInfo); ConfigError("transform") otherwise.
+    Read once, when the pipeline is built, from the function's signature."""
+    if not callable(transform):
+        raise ConfigError("transform", "must be a function DataFrame -> DataFrame")
+    try:
+        signature = inspect.signature(transform)
+    except (TypeError, ValueError):  # a builtin without a signature: called with the DataFrame only
+        return 1
+    parameters = list(signature.parameters.values())
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    if keyword_only := [p.name for p in parameters if p.kind == p.KEYWORD_ONLY and p.default is p.empty]:
+        raise ConfigError("transform", f"takes (df) or (df, batch); {signature} also requires {keyword_only}")
+    if len(required) > 2:
+        raise ConfigError("transform", f"takes (df) or (df, batch); {signature} requires {len(required)} arguments")
+    if not positional and not any(p.kind == p.VAR_POSITIONAL for p in parameters):
+        raise ConfigError("transform", f"takes (df) or (df, batch); {signature} takes no DataFrame")
+    return 2 if len(positional) >= 2 else 1
+
 
 # How many micro-batches one scheduled DAG run may process, at most, unless a pipeline says otherwise; and
 # the most it may say (each batch is a TaskGroup of its own in the DAG).
@@ -259,10 +315,15 @@ class Pipeline:
             raise ConfigError("output", f"must be a KafkaOutput or None, got {type(self.output).__name__}")
         if not isinstance(self.airflow, AirflowOptions):
             raise ConfigError("airflow", f"must be an AirflowOptions, got {type(self.airflow).__name__}")
-        if not callable(self.transform):
-            raise ConfigError("transform", "must be a function DataFrame -> DataFrame")
+        object.__setattr__(self, "_transform_arity", transform_arity(self.transform))
         if self.output is not None and self.output.topic in self.source.topics:
             raise ConfigError("output.topic", "must differ from the source topics (a pipeline cannot read itself)")
+
+    def transformed(self, df: DataFrame, batch: BatchInfo) -> DataFrame:
+        """The transform applied to `df`, given `batch` when it takes a second argument."""
+        if getattr(self, "_transform_arity", 1) == 2:
+            return self.transform(df, batch)
+        return self.transform(df)
 
     @property
     def transactional_id(self) -> str:

@@ -180,6 +180,10 @@ def _same(value: Any) -> Any:
     """A value as both sides can compare it: JSON, Spark and psycopg2 spell numbers differently."""
     if isinstance(value, bool) or value is None:
         return value
+    if isinstance(value, (list, tuple)):  # an array column
+        return tuple(_same(v) for v in value)
+    if isinstance(value, dict):  # a jsonb column: its JSON, keys sorted
+        return json.dumps(value, sort_keys=True, default=str)
     if isinstance(value, (int, Decimal)):
         return Decimal(value).normalize()
     if isinstance(value, float):

@@ -11,7 +11,7 @@ from eosbatch.context import Context
 from eosbatch.exceptions import TerminalError, TransientError
 from eosbatch.ledger import lanes, sinks, store
 from eosbatch.ledger.staging import DEAD_LETTERS_STAGE
-from eosbatch.spark import reader, schema
+from eosbatch.spark import reader, shaping
 from eosbatch.spark.session import on_own_session
 from eosbatch.spark.staging import DEAD_LETTER_COLUMNS, RESULT_SCHEMA, StageTarget, WriterResult, stage_partition
 
@@ -42,16 +42,20 @@ def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -
     nonce = uuid.uuid4().hex[:12]  # this run's writers; a retried driver gets new tags
     parsed = reader.parse(reader.read_ranges(spark, settings, list(batch.ranges), pipeline.name), pipeline.source)
     good, observation = _counted(parsed, nonce)
-    result = pipeline.transform(good)
+    shaped = shaping.transformed(pipeline, good, list(batch.ranges))
+    result, columns = shaped
     if settings.staging_writers:
         # Each staging task holds a PostgreSQL connection: at most this many, whatever the partition count
         # (a coalesce, so without a shuffle; it narrows the stages before it as well).
         result = result.coalesce(settings.staging_writers)
-    columns = schema.columns(result.schema)
     names = [c.name for c in columns]
+    added = sinks.evolve_sink(settings, pipeline, columns) if pipeline.sink.evolve else []
+    if added:
+        log(f"batch {batch_id}: sink.evolve added column(s) {added} to {pipeline.sink.schema}.{pipeline.sink.table}")
     with store.transaction(settings) as cur:
         sinks.ensure_tables(cur, pipeline, columns)
-        sink_target = StageTarget("sink", sinks.stage_copy_target(pipeline, names).as_string(cur.connection))
+        sink_target = StageTarget("sink", sinks.stage_copy_target(pipeline, names).as_string(cur.connection),
+                                  shaped.jsonb)
     staged = (result.mapInArrow(stage_partition(settings.psycopg_dsn, sink_target, nonce, batch_id, fault),
                                 RESULT_SCHEMA)
               .collect())
@@ -62,7 +66,9 @@ def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -
         raise TransientError(f"batch {batch_id}: {tally.malformed} malformed records were counted, "
                              f"{sum(dead.values())} staged as dead letters on a second read of their ranges; "
                              "nothing was marked staged")
-    writers = {"sink": _counts(sink_writers), "dead_letters": dead, "columns": names}
+    writers: dict[str, Any] = {"sink": _counts(sink_writers), "dead_letters": dead, "columns": names}
+    if added:  # the sink's shape changed for this batch: it publishes from the outbox (outbox.early_refusal)
+        writers["evolved"] = added
     counts = {"records_read": tally.records, "sink_rows_staged": sum(r.rows for r in sink_writers),
               "dead_letters": tally.malformed}
     faults.point("process.before_staged")

@@ -4,13 +4,16 @@ It reads every committed batch's ranges again (read_committed), parses and trans
 step would, and writes the result rows and the malformed records' positions to a JSON file; the verifier
 compares them with the sink and the dead letters. Batches whose ranges were compacted (cleanup.compact) are
 read together, as the part of the merged committed coverage that no other batch holds: their boundaries are
-gone, which changes nothing for an accumulate sink or a row-by-row transform. It shares the reader and the
+gone, which changes nothing for an accumulate sink or a row-by-row transform. A transform that takes the batch's
+info (pipeline.BatchInfo) gets each batch's own ranges, as the process step gave them (the merged ranges, for
+compacted batches). It shares the reader and the
 transform with the process step, and nothing with the commit and publish path it checks. It collects on the
 driver: a check for test and audit volumes, not for a whole history of billions of rows.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
@@ -21,7 +24,7 @@ from eosbatch.ledger import claims, store
 from eosbatch.ledger.audit import committed_batches
 from eosbatch.protocol.ranges import subtract
 from eosbatch.protocol.states import claims_coverage
-from eosbatch.spark import reader
+from eosbatch.spark import reader, schema, shaping
 from eosbatch.spark.session import on_own_session
 
 
@@ -32,6 +35,8 @@ def _plain(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).hex()
+    if isinstance(value, list):  # an array column
+        return [_plain(v) for v in value]
     return value
 
 
@@ -63,7 +68,10 @@ def recompute_on(spark: Any, ctx: Context) -> dict[str, Any]:
         records += parsed.count()
         malformed += [[r[0], r[1], r[2]] for r in parsed.where(F.col(reader.ERROR_COLUMN).isNotNull())
                       .select("topic", "partition", "offset").collect()]
-        result = pipeline.transform(parsed.where(F.col(reader.ERROR_COLUMN).isNull()).drop(reader.ERROR_COLUMN))
+        result, stored = shaping.transformed(
+            pipeline, parsed.where(F.col(reader.ERROR_COLUMN).isNull()).drop(reader.ERROR_COLUMN), ranges)
         columns = list(result.columns)
-        rows += [{c: _plain(v) for c, v in row.asDict().items()} for row in result.collect()]
+        jsonb = {c.name for c in stored if c.pg_type == schema.JSONB}
+        rows += [{c: json.loads(v) if c in jsonb and v is not None else _plain(v) for c, v in row.asDict().items()}
+                 for row in result.collect()]
     return {"columns": columns, "rows": rows, "malformed": malformed, "records": records}

@@ -45,6 +45,9 @@ def commit_and_publish(ctx: Context, batch_id: int) -> store.Batch:
         if batch.state == "staged" and batch.publish and lane(batch.kind) == "regular":
             lanes.check_lane_epoch(cur, batch, batch.epoch)  # a resumed zombie stops before fencing anyone
             query = sinks.early_outbox_query(cur, pipeline, batch)
+            if query is None and (why_not := sinks.early_refusal(cur, pipeline, batch)):
+                log(f"batch {batch_id}: not published early ({why_not}); committing, then publishing from "
+                    "the outbox")
             sequence = commits.upcoming_commit_seq(cur, pipeline.name)
     if query is None or pipeline.output is None:
         commit(ctx, batch_id)

@@ -2,7 +2,8 @@
 
 names: the tables' and eosbatch's own columns' names. catalog: what the database says about them, read once
 into a SinkShape. modes: what replace and accumulate change. latest, statements, dead_letters, outbox: the
-SQL, built without I/O. tables: the DDL. commit: the executor of the commit's statements.
+SQL, built without I/O. tables: the DDL. evolve: new columns added to an evolving sink. commit: the executor
+of the commit's statements.
 """
 
 from eosbatch.ledger.sinks.catalog import (
@@ -15,6 +16,7 @@ from eosbatch.ledger.sinks.catalog import (
     table_types,
 )
 from eosbatch.ledger.sinks.commit import Moved, copy_dead_letters, insert_pays, missing_staged, move_to_sink
+from eosbatch.ledger.sinks.evolve import ShapeChanged, evolve_sink
 from eosbatch.ledger.sinks.names import (
     AMBIGUOUS_COLUMN,
     AMBIGUOUS_KEY,
@@ -30,15 +32,21 @@ from eosbatch.ledger.sinks.names import (
     stage_copy_target,
     stage_table,
 )
-from eosbatch.ledger.sinks.outbox import early_outbox_query, json_outbox_query, legacy_outbox, outbox_query
+from eosbatch.ledger.sinks.outbox import (
+    early_outbox_query,
+    early_refusal,
+    json_outbox_query,
+    legacy_outbox,
+    outbox_query,
+)
 from eosbatch.ledger.sinks.statements import TEXT_WIDTH, batch_rows, json_size_bound
 from eosbatch.ledger.sinks.tables import ensure_outbox, ensure_tables, validate_columns
 
 __all__ = [
     "AMBIGUOUS_COLUMN", "AMBIGUOUS_KEY", "BATCH_COLUMN", "BYTE_ORDER_LOCALES", "RECORD_TOO_BIG", "SEQ_COLUMN",
-    "TEXT_WIDTH", "TRANSIENT_TABLE", "WRITER_COLUMN", "Column", "KeyColumn", "KeyColumns", "Moved", "SinkShape",
-    "batch_rows", "copy_dead_letters", "early_outbox_query", "ensure_outbox", "ensure_tables", "insert_pays",
-    "json_outbox_query", "json_size_bound", "key_columns", "legacy_outbox", "missing_staged", "move_to_sink",
-    "outbox_query", "outbox_table", "position_columns", "result_columns", "sink_table", "stage_copy_target",
-    "stage_table", "table_types", "validate_columns",
+    "TEXT_WIDTH", "TRANSIENT_TABLE", "WRITER_COLUMN", "Column", "KeyColumn", "KeyColumns", "Moved", "ShapeChanged",
+    "SinkShape", "batch_rows", "copy_dead_letters", "early_outbox_query", "early_refusal", "ensure_outbox",
+    "ensure_tables", "evolve_sink", "insert_pays", "json_outbox_query", "json_size_bound", "key_columns",
+    "legacy_outbox", "missing_staged", "move_to_sink", "outbox_query", "outbox_table", "position_columns",
+    "result_columns", "sink_table", "stage_copy_target", "stage_table", "table_types", "validate_columns",
 ]

@@ -13,7 +13,7 @@ from psycopg2 import sql
 from eosbatch.ledger.cleanup import table_exists
 from eosbatch.ledger.errors import first_line
 from eosbatch.ledger.exceptions import SinkError
-from eosbatch.ledger.sinks import catalog, dead_letters, statements
+from eosbatch.ledger.sinks import catalog, dead_letters, evolve, statements
 from eosbatch.ledger.sinks.catalog import KeyColumns
 from eosbatch.ledger.sinks.modes import mode_of
 from eosbatch.ledger.sinks.names import (
@@ -126,6 +126,7 @@ def _move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: bo
     and moves such rows runs (its extra scans made PostgreSQL materialise every row: ~1.1 s per 1M)."""
     shape = catalog.read(cur, pipeline)
     columns = shape.batch_columns(batch)
+    evolve.check_shape(pipeline, shape, columns)
     if not columns or not batch.writer_tags("sink"):
         return Moved(0, 0)
     params: dict[str, object] = {"batch": batch.id, "writers": batch.writer_tags("sink")}

@@ -49,11 +49,35 @@ EXACT_KEY_TYPES = frozenset({"smallint", "integer", "bigint", "text", "character
 
 
 def early_outbox_query(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Composed | None:
-    """early_query for this staged batch, from the catalog as it is now."""
+    """early_query for this staged batch, from the catalog as it is now (None where early_refusal says why)."""
     if pipeline.output is None or not mode_of(pipeline).may_publish_early:
         return None
     shape = catalog.read(cur, pipeline)
+    if refusal(shape, batch) is not None:
+        return None
     return early_query(pipeline, shape, shape.batch_columns(batch))
+
+
+def early_refusal(cur: Cursor, pipeline: Pipeline, batch: Batch) -> str | None:
+    """Why this staged batch may not publish early although its mode could (one phrase for the run's log), or
+    None."""
+    if pipeline.output is None or not mode_of(pipeline).may_publish_early:
+        return None
+    return refusal(catalog.read(cur, pipeline), batch)
+
+
+def refusal(shape: SinkShape, batch: Batch) -> str | None:
+    """A batch that changed the sink's shape (sink.evolve added columns) or brings jsonb or array columns is
+    published from the outbox only: its records are rendered from the rows as the commit stored them, never
+    from staging through casts that might render a value otherwise."""
+    added = (batch.writers or {}).get("evolved")
+    if added:
+        return f"it added column(s) {added} to the sink"
+    nested = [c for c in shape.batch_columns(batch)
+              if (t := shape.sink_types.get(c, "")) == "jsonb" or t.endswith("[]")]
+    if nested:
+        return f"its column(s) {nested} are jsonb or arrays"
+    return None
 
 
 def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str]) -> sql.Composed | None:

@@ -68,7 +68,8 @@ def ensure_tables(cur: Cursor, pipeline: Pipeline, columns: list[Column]) -> Non
         existing = shape.sink_types
         if missing := [c.name for c in columns if c.name not in existing]:
             raise SinkError(f"sink.table: {pipeline.sink.schema}.{pipeline.sink.table} has no column(s) {missing} "
-                            f"that the transform returns (it has {list(existing)})")
+                            f"that the transform returns (it has {list(existing)}); add them to the table, or set "
+                            "PostgresSink(evolve=True) to have eosbatch add new columns")
         if not shape.has_unique_key(key):
             raise SinkError(f"sink.key: {pipeline.sink.schema}.{pipeline.sink.table} has no primary key or "
                             f"unique index on exactly {list(key)}; an idempotent upsert needs one")
@@ -116,6 +117,8 @@ def _information_schema_type(pg_type: str) -> str:
     """How information_schema.columns.data_type spells one of eosbatch's staging types."""
     if pg_type.startswith("numeric"):
         return "numeric"
+    if pg_type.endswith("[]"):
+        return "ARRAY"
     return {"timestamptz": "timestamp with time zone", "timestamp": "timestamp without time zone"}.get(pg_type, pg_type)
 
 
