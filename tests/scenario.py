@@ -28,7 +28,8 @@ def context(pipeline: str, log: Log = quiet) -> Context:
 
 
 class Scenario:
-    """`kind` is "totals" (accumulate sink) or "latest" (replace sink); see tests/pipelines/crash.py."""
+    """`kind` is "totals" (accumulate sink), "latest" (replace sink) or "events" (append sink); see
+    tests/pipelines/crash.py."""
 
     def __init__(self, settings, suffix: str, kind: str, records: int = 2400, batch: int = 1500,
                  start: str = "earliest", seed: int | None = None, create_output: bool = True) -> None:
@@ -86,6 +87,10 @@ class Scenario:
             if self.kind == "totals":
                 cur.execute(sql.SQL("SELECT customer_id, total_amount, order_count FROM {}").format(table))
                 return {c: (Decimal(t), n) for c, t, n in cur.fetchall()}
+            if self.kind == "events":  # keyed by source position and row number: a duplicate cannot hide here
+                cur.execute(sql.SQL('SELECT topic, partition, "offset", row_in_record, order_id, side, amount '
+                                    "FROM {}").format(table))
+                return {tuple(row[:4]): tuple(row[4:]) for row in cur.fetchall()}
             cur.execute(sql.SQL("SELECT order_id, amount FROM {}").format(table))
             return dict(cur.fetchall())
 
@@ -95,6 +100,8 @@ class Scenario:
         assert not any(o["customer_id"].startswith("ghost") for o in orders), "read_committed leaked"
         if self.kind == "totals":
             assert self.sink() == generate.expected_totals(orders)
+        elif self.kind == "events":
+            assert self.sink() == expected_events(self.input, orders)
         else:
             assert self.sink() == {k: v["amount"] for k, v in generate.expected_latest(orders).items()}
         with store.transaction(self.settings) as cur:
@@ -119,7 +126,12 @@ class Scenario:
         outputs = read_topic(self.settings, self.output)
         check = check_output(self.settings, self.pipeline, self.output, outputs)
         assert check.ok, check
-        if self.kind == "totals":  # the deltas published add up to the sink: no batch published twice
+        if self.kind == "events":  # one record per stored row, each once: the published rows are the sink
+            rows = [json.loads(r.value) for r in outputs]
+            published = {(r["topic"], r["partition"], r["offset"], r["row_in_record"]): (r["order_id"], r["side"],
+                                                                                         r["amount"]) for r in rows}
+            assert len(published) == len(rows) and published == expected_events(self.input, orders)
+        elif self.kind == "totals":  # the deltas published add up to the sink: no batch published twice
             sums: dict[str, Decimal] = {}
             for record in outputs:
                 row = json.loads(record.value)
@@ -129,3 +141,17 @@ class Scenario:
             ordered = sorted(outputs, key=lambda r: int(r.headers.get("eosbatch.commit_seq", b"0")))
             last = {(row := json.loads(r.value))["order_id"]: row["amount"] for r in ordered}
             assert last == {k: v["amount"] for k, v in generate.expected_latest(orders).items()}
+
+
+def expected_events(topic: str, orders: list[dict]) -> dict[tuple, tuple]:
+    """tests/pipelines/factory.py's to_events in plain Python, numbered as an append sink numbers a record's rows
+    (in the order of their other columns, order_id, customer_id, amount, side: for a positive amount the debit,
+    -amount, is row 1 and the credit row 2)."""
+    events = {}
+    for order in orders:
+        amount = float(order["amount"])
+        rows = sorted([(order["order_id"], order["customer_id"], amount, "credit"),
+                       (order["order_id"], order["customer_id"], -amount, "debit")])
+        for number, (order_id, _, signed, side) in enumerate(rows, 1):
+            events[(topic, order["partition"], order["offset"], number)] = (order_id, side, signed)
+    return events

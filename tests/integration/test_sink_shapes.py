@@ -1,0 +1,179 @@
+"""The append sink, evolving sink tables and the transform's batch info on the real stack, through the CLI as a
+user runs it (tests/pipelines/crash.py's events pipeline and tests/pipelines/shapes.py). Each test ends with the
+independent count: the input against the sink, the read_committed output and the dead letters."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka import Producer
+from psycopg2 import sql
+
+from eosbatch import KafkaSource, Pipeline, PostgresSink
+from eosbatch.kafka.read_back import read_topic
+from eosbatch.ledger import sinks, store
+from eosbatch.ledger.exceptions import SinkError
+from eosbatch.verify import check_output
+from examples.orders import generate
+from tests.chaos.control import end_exactly_once
+from tests.scenario import ROOT, Scenario
+
+pytestmark = [pytest.mark.integration]
+
+
+def ok(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done.stdout + done.stderr
+
+
+# ---------------------------------------------------------------- append
+
+@pytest.mark.spark
+def test_append_stores_every_row_of_every_record_once_and_a_replay_adds_nothing(settings, unique):
+    """Each order is two rows (a debit and a credit) at its source position; running the committed range
+    again (backfill --mode reprocess --publish) numbers the same rows the same way: nothing is stored or
+    published twice."""
+    scenario = Scenario(settings, unique, "events", records=400, batch=1500)
+    ok(scenario.run())
+    sink, output = scenario.sink(), read_topic(settings, scenario.output)
+    assert len(sink) == len(output) > 0 and {k[3] for k in sink} == {1, 2}
+    covered = json.loads(ok(scenario.cli("ranges", scenario.pipeline, "--json")))
+    every = [f"--range={p['partition']}:{p['committed'][0].split(':')[-1]}" for p in covered]
+    ok(scenario.cli("backfill", scenario.pipeline, *every, "--mode", "reprocess", "--publish"))
+    assert [(k, s) for _, k, s in scenario.batches()] == [("regular", "published"), ("reprocess", "published")]
+    with store.transaction(settings) as cur:
+        cur.execute("SELECT sink_rows, outbox_records FROM eosbatch.batches WHERE pipeline = %s AND kind = "
+                    "'reprocess'", (scenario.pipeline,))
+        assert cur.fetchone() == (0, 0)
+    assert scenario.sink() == sink
+    assert len(read_topic(settings, scenario.output)) == len(output)
+    end_exactly_once(scenario)
+
+
+def test_append_sink_is_keyed_by_position_and_takes_no_key() -> None:
+    sink = PostgresSink(table="events", mode="append")
+    assert sink.key == ("topic", "partition", "offset", "row_in_record")
+    with pytest.raises(Exception, match=r"^sink\.key: an append sink is keyed by each row's source position"):
+        PostgresSink(table="events", key=["id"], mode="append")
+
+
+# ---------------------------------------------------------------- evolving tables and batch info
+
+class Shapes:
+    """tests/pipelines/shapes.py's pipelines over this test's own input topic."""
+
+    def __init__(self, settings, suffix: str) -> None:
+        self.settings, self.suffix = settings, suffix
+        self.input = f"shapes_in_{suffix}"
+        generate.ensure_topics(settings, {self.input: 2, f"shapes_out_{suffix}": 1, f"ranged_out_{suffix}": 1})
+        self.valid: list[dict] = []
+        self.malformed = 0
+
+    def produce(self, ids: range, malformed: int = 0) -> None:
+        producer = Producer(self.settings.kafka())
+        for i in ids:
+            value = {"id": f"id-{i}", "n": i, "tags": [f"t{i}", None, "x"], "a": i * 10, "b": f"b{i}"}
+            self.valid.append(value)
+            producer.produce(self.input, json.dumps(value).encode(), partition=i % 2)
+        for i in range(malformed):
+            producer.produce(self.input, b"not json", partition=i % 2)
+        self.malformed += malformed
+        assert producer.flush(30) == 0
+
+    def cli(self, *args: str, shape: str = "1", batch: int = 1000, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "eosbatch.cli", *args],
+                              env={**os.environ, "EOSBATCH_PIPELINES": "tests.pipelines.shapes",
+                                   "EOSBATCH_TEST_SUFFIX": self.suffix, "EOSBATCH_TEST_SHAPE": shape,
+                                   "EOSBATCH_TEST_BATCH": str(batch), "PYTHONPATH": str(ROOT), **env},
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+    def rows(self, table: str, columns: str) -> list[tuple]:
+        with store.transaction(self.settings) as cur:
+            cur.execute(sql.SQL(f"SELECT {columns} FROM {{}} ORDER BY 1").format(  # noqa: S608 - the test's own
+                sql.Identifier("public", f"{table}_{self.suffix}")))
+            return cur.fetchall()
+
+    def types(self, table: str) -> dict[str, str]:
+        with store.transaction(self.settings) as cur:
+            return sinks.table_types(cur, sql.Identifier("public", f"{table}_{self.suffix}"))
+
+    def assert_counts(self, pipeline: str, sink_rows: int) -> list[dict]:
+        """input vs sink vs read_committed output vs dead letters; the output's rows."""
+        name = f"{pipeline}_{self.suffix}"
+        records = read_topic(self.settings, f"{pipeline}_out_{self.suffix}")
+        check = check_output(self.settings, name, f"{pipeline}_out_{self.suffix}", records)
+        assert check.ok, check
+        with store.transaction(self.settings) as cur:
+            cur.execute("SELECT count(*) FROM eosbatch.dead_letters WHERE pipeline = %s", (name,))
+            dead = cur.fetchone()[0]
+        assert sink_rows == len(self.valid) == len(records) and dead == self.malformed
+        return [json.loads(r.value) for r in records]
+
+
+@pytest.mark.spark
+def test_an_evolving_sink_adds_columns_stores_structs_as_jsonb_and_arrays_and_refuses_a_retyped_column(
+        settings, unique):
+    shapes = Shapes(settings, unique)
+    shapes.produce(range(4), malformed=1)
+    ok(shapes.cli("run", f"shapes_{unique}"))
+    assert list(shapes.types("shapes")) == ["id", "n", "partition", "offset"]
+
+    shapes.produce(range(4, 8))  # n made a struct: the sink's integer cannot take it, and nothing changes
+    refused = shapes.cli("run", f"shapes_{unique}", shape="3")
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert f"sink.evolve: column 'n' of public.shapes_{unique} is integer, and the transform now returns jsonb" \
+        in refused.stderr
+    assert list(shapes.types("shapes")) == ["id", "n", "partition", "offset"]
+
+    # the transform adds a struct and an array column: the same records, in the next batch
+    log = ok(shapes.cli("run", f"shapes_{unique}", shape="2", EOSBATCH_EARLY_PUBLISH="1"))
+    assert "sink.evolve added column(s) ['detail', 'tags']" in log
+    assert "not published early (it added column(s) ['detail', 'tags'] to the sink)" in log
+    assert shapes.types("shapes") == {"id": "text", "n": "integer", "partition": "integer", "offset": "bigint",
+                                      "detail": "jsonb", "tags": "text[]"}
+    assert shapes.rows("shapes", "id, detail, tags")[3:5] == [
+        ("id-3", None, None), ("id-4", {"a": 40, "b": "b4"}, ["t4", None, "x"])]
+    output = shapes.assert_counts("shapes", len(shapes.rows("shapes", "id")))
+    assert {r["id"]: (r.get("detail"), r.get("tags")) for r in output}["id-7"] == ({"a": 70, "b": "b7"},
+                                                                                   ["t7", None, "x"])
+    ok(shapes.cli("verify", f"shapes_{unique}", "--no-recompute", shape="2"))
+
+
+def test_without_evolve_a_new_column_names_the_option(settings, unique):
+    pipeline = Pipeline(name=f"noevolve_{unique}", source=KafkaSource(topics=["t"]), transform=lambda df: df,
+                        sink=PostgresSink(table=f"noevolve_{unique}", key=["k"]))
+    table = sql.Identifier("public", f"noevolve_{unique}")
+    try:
+        with store.transaction(settings) as cur:
+            cur.execute(sql.SQL("CREATE TABLE {} (k text PRIMARY KEY)").format(table))
+        with store.transaction(settings) as cur, pytest.raises(SinkError) as refused:
+            sinks.ensure_tables(cur, pipeline, [sinks.Column("k", "text"), sinks.Column("extra", "jsonb")])
+        assert f"sink.table: public.noevolve_{unique} has no column(s) ['extra']" in str(refused.value)
+        assert "PostgresSink(evolve=True)" in str(refused.value)
+    finally:
+        with store.transaction(settings) as cur:
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
+
+
+@pytest.mark.spark
+def test_a_transform_given_the_batch_ranges_is_recomputed_alike_by_verify(settings, unique):
+    """ranged_<suffix> writes each row's batch range start; five records a batch make two batches, and
+    verify's recompute, given each committed batch's own ranges, finds the same rows."""
+    shapes = Shapes(settings, unique)
+    shapes.produce(range(7), malformed=1)
+    ok(shapes.cli("run", f"ranged_{unique}", batch=5))
+    with store.transaction(settings) as cur:
+        cur.execute("SELECT id FROM eosbatch.batches WHERE pipeline = %s AND state = 'published'",
+                    (f"ranged_{unique}",))
+        ranges = [r for (batch_id,) in cur.fetchall() for r in store.get_batch(cur, batch_id).ranges]
+    assert len(ranges) > 2  # two batches, each with a range of each partition
+    rows = shapes.rows("ranged", 'id, "partition", "offset", range_start, row_in_record')
+    for _, partition, offset, start, number in rows:
+        [found] = [r for r in ranges if r.partition == partition and r.start <= offset < r.end]
+        assert start == found.start and number == 1
+    shapes.assert_counts("ranged", len(rows))
+    ok(shapes.cli("verify", f"ranged_{unique}", batch=5))
