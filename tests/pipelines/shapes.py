@@ -2,8 +2,9 @@
 
 - shapes_<suffix>: an evolving replace sink whose transform changes with EOSBATCH_TEST_SHAPE: "1" id and n;
   "2" adds a struct (jsonb) and an array (text[]); "3" makes n a struct, which the sink's integer cannot take.
-- ranged_<suffix>: an append sink whose transform takes the batch's info: each row's `range_start` is the start
-  of the batch's range of its partition (EOSBATCH_TEST_BATCH records a batch).
+- ranged_<suffix>: an append sink whose transform takes the batch's info and makes two rows of each record (its id
+  and its id's copy), each with `range_start`, the start of the batch's range of its partition
+  (EOSBATCH_TEST_BATCH records a batch).
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ def ranged(records: Any, batch: BatchInfo) -> Any:
 
     start = F.lit(None).cast("bigint")
     for r in batch.ranges:
-        start = F.when((F.col("topic") == r.topic) & (F.col("partition") == r.partition), F.lit(r.start)).otherwise(start)
-    return records.select("topic", "partition", "offset", "id", start.alias("range_start"))
+        here = (F.col("topic") == r.topic) & (F.col("partition") == r.partition)
+        start = F.when(here, F.lit(r.start)).otherwise(start)
+    copies = F.explode(F.array(F.col("id"), F.concat(F.col("id"), F.lit("-copy")))).alias("id")
+    return records.select("topic", "partition", "offset", copies, start.alias("range_start"))
 
 
 source = KafkaSource(topics=[f"shapes_in_{SUFFIX}"], max_records_per_batch=BATCH, value_schema=VALUE)
