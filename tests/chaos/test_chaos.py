@@ -41,6 +41,7 @@ PG_CRASH = [
     ("commit.after_commit", "totals", "committed", "commit"),
     ("publish.mid_produce", "totals", "committed", "publish"),     # a Kafka transaction left open
     ("publish.after_kafka_commit", "latest", "committed", "publish"),
+    ("publish.mid_produce", "events", "committed", "publish"),     # append: committed, then published once
 ]
 
 
@@ -90,7 +91,8 @@ def assert_failures_are_clear(results: list[dict[str, Any]]) -> None:
 # ---------------------------------------------------------------- a. PostgreSQL crashes
 
 @pytest.mark.parametrize("recovery", ["run", "retry"])
-@pytest.mark.parametrize(("point", "kind", "left", "task"), PG_CRASH, ids=[p[0] for p in PG_CRASH])
+@pytest.mark.parametrize(("point", "kind", "left", "task"), PG_CRASH,
+                         ids=[p[0] if p[1] != "events" else f"{p[0]}-append" for p in PG_CRASH])
 def test_postgres_crash_at_fault_point_then_recovery(settings, unique, services, runners, point, kind, left, task,
                                                      recovery):
     """The runner is frozen at `point`; PostgreSQL stops like a power cut and restarts (crash recovery empties

@@ -26,7 +26,7 @@ def misfits(cur: Cursor, pipeline: Pipeline, columns: Sequence[Column], sink_typ
     column the sink lacks, a type PostgreSQL will not assign, a NOT NULL column without a default that the
     transform does not fill."""
     problems = [f"no column {c.name} (the transform returns it as {c.pg_type})" for c in columns
-                if c.name not in sink_types]
+                if c.name not in sink_types and not pipeline.sink.evolve]  # evolve adds it
     table = sink_table(pipeline)
     for column in columns:
         if column.name not in sink_types:
