@@ -59,7 +59,8 @@ def evolve_sink(settings: Settings, pipeline: Pipeline, columns: list[Column]) -
                 return []
             for column in columns:
                 stored = shape.sink_types.get(column.name)
-                if stored is not None and not fit.assigns(cur, pipeline, column):
+                # the same type assigns (asked of PostgreSQL only for another: one round trip per such column)
+                if stored not in (None, column.pg_type) and not fit.assigns(cur, pipeline, column):
                     raise incompatible(pipeline, column, stored)
             added = new_columns(shape, columns)
             if added:
