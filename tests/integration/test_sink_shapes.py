@@ -15,9 +15,11 @@ from confluent_kafka import Producer
 from psycopg2 import sql
 
 from eosbatch import KafkaSource, Pipeline, PostgresSink
+from eosbatch.exceptions import TransientError
 from eosbatch.kafka.read_back import read_topic
 from eosbatch.ledger import positions, sinks, store
 from eosbatch.ledger.exceptions import SinkError
+from eosbatch.ledger.sinks import evolve
 from eosbatch.verify import check_output
 from examples.orders import generate
 from tests.scenario import ROOT
@@ -100,12 +102,12 @@ def test_an_evolving_sink_adds_columns_stores_structs_as_jsonb_and_arrays_and_re
 
     # the transform adds a struct and an array column: the same records, in the next batch
     log = ok(shapes.cli("run", f"shapes_{unique}", shape="2", EOSBATCH_EARLY_PUBLISH="1"))
-    assert "sink.evolve added column(s) ['detail', 'tags']" in log
-    assert "not published early (it added column(s) ['detail', 'tags'] to the sink)" in log
+    assert "sink.evolve added column(s) ['detail', 'tags', 'm']" in log
+    assert "not published early (it added column(s) ['detail', 'tags', 'm'] to the sink)" in log
     assert shapes.types("shapes") == {"id": "text", "n": "integer", "partition": "integer", "offset": "bigint",
-                                      "detail": "jsonb", "tags": "text[]"}
-    assert shapes.rows("shapes", "id, detail, tags")[3:5] == [
-        ("id-3", None, None), ("id-4", {"a": 40, "b": "b4"}, ["t4", None, "x"])]
+                                      "detail": "jsonb", "tags": "text[]", "m": "jsonb"}
+    assert shapes.rows("shapes", "id, detail, tags, m")[3:5] == [
+        ("id-3", None, None, None), ("id-4", {"a": 40, "b": "b4"}, ["t4", None, "x"], {"a": 40})]
     output = shapes.assert_counts("shapes", len(shapes.rows("shapes", "id")))
     assert {r["id"]: (r.get("detail"), r.get("tags")) for r in output}["id-7"] == ({"a": 70, "b": "b7"},
                                                                                    ["t7", None, "x"])
@@ -123,6 +125,31 @@ def test_without_evolve_a_new_column_names_the_option(settings, unique):
         assert f"sink.table: public.noevolve_{unique} has no column(s) ['extra']" in str(refused.value)
         assert "PostgresSink(evolve=True)" in str(refused.value)
     finally:
+        with store.transaction(settings) as cur:
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
+
+
+def test_evolve_waits_for_the_sink_s_lock_only_so_long_then_the_batch_is_retried(settings, unique, monkeypatch):
+    """ADD COLUMN needs the table to itself: behind a reader's open transaction it gives up after the lock
+    timeout (a transient error: the batch is tried again), instead of queueing every other reader behind it."""
+    pipeline = Pipeline(name=f"evolving_{unique}", source=KafkaSource(topics=["t"]), transform=lambda df: df,
+                        sink=PostgresSink(table=f"evolving_{unique}", key=["k"], evolve=True))
+    table = sql.Identifier("public", f"evolving_{unique}")
+    columns = [sinks.Column("k", "text"), sinks.Column("added", "jsonb")]
+    monkeypatch.setattr(evolve, "EVOLVE_LOCK_TIMEOUT", "200ms")
+    reader = store.connect(settings)
+    try:
+        with store.transaction(settings) as cur:
+            cur.execute(sql.SQL("CREATE TABLE {} (k text PRIMARY KEY)").format(table))
+        with reader.cursor() as held:
+            held.execute(sql.SQL("SELECT count(*) FROM {}").format(table))  # its lock lasts until it ends
+            with pytest.raises(TransientError, match=r"^sink\.evolve: public\.evolving_\w+ stayed locked for 200ms"):
+                sinks.evolve_sink(settings, pipeline, columns)
+        reader.rollback()
+        assert sinks.evolve_sink(settings, pipeline, columns) == ["added"]
+        assert sinks.evolve_sink(settings, pipeline, columns) == []  # added once
+    finally:
+        reader.close()
         with store.transaction(settings) as cur:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
 

@@ -1,7 +1,8 @@
 """Pipelines for tests/integration/test_sink_shapes.py over `shapes_in_<suffix>` (EOSBATCH_TEST_SUFFIX):
 
 - shapes_<suffix>: an evolving replace sink whose transform changes with EOSBATCH_TEST_SHAPE: "1" id and n;
-  "2" adds a struct (jsonb) and an array (text[]); "3" makes n a struct, which the sink's integer cannot take.
+  "2" adds a struct and a map (jsonb) and an array (text[]); "3" makes n a struct, which the sink's integer
+  cannot take.
 - ranged_<suffix>: an append sink whose transform takes the batch's info and makes two rows of each record (its id
   and its id's copy), each with `range_start`, the start of the batch's range of its partition
   (EOSBATCH_TEST_BATCH records a batch).
@@ -25,7 +26,7 @@ def shaped(records: Any) -> Any:
 
     columns = [F.col("id"), F.col("n"), F.col("partition"), F.col("offset")]
     if SHAPE in ("2", "3"):
-        columns += [F.struct("a", "b").alias("detail"), F.col("tags")]
+        columns += [F.struct("a", "b").alias("detail"), F.col("tags"), F.create_map(F.lit("a"), F.col("a")).alias("m")]
     if SHAPE == "3":
         columns[1] = F.struct(F.col("n").alias("value")).alias("n")
     return records.select(*columns)

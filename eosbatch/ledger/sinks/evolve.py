@@ -51,25 +51,25 @@ def incompatible(pipeline: Pipeline, column: Column, stored: str) -> SinkError:
 
 def evolve_sink(settings: Settings, pipeline: Pipeline, columns: list[Column]) -> list[str]:
     """Add the transform's new columns to the existing sink; the names added (none: nothing changed)."""
-    try:
-        with transaction(settings) as cur:
-            cur.execute("SELECT set_config('lock_timeout', %s, true)", (EVOLVE_LOCK_TIMEOUT,))
-            shape = catalog.read(cur, pipeline)
-            if not shape.sink_exists:
-                return []
-            for column in columns:
-                stored = shape.sink_types.get(column.name)
-                # the same type assigns (asked of PostgreSQL only for another: one round trip per such column)
-                if stored not in (None, column.pg_type) and not fit.assigns(cur, pipeline, column):
-                    raise incompatible(pipeline, column, stored)
-            added = new_columns(shape, columns)
-            if added:
+    with transaction(settings) as cur:
+        cur.execute("SELECT set_config('lock_timeout', %s, true)", (EVOLVE_LOCK_TIMEOUT,))
+        shape = catalog.read(cur, pipeline)
+        if not shape.sink_exists:
+            return []
+        for column in columns:
+            stored = shape.sink_types.get(column.name)
+            # the same type assigns (asked of PostgreSQL only for another: one round trip per such column)
+            if stored not in (None, column.pg_type) and not fit.assigns(cur, pipeline, column):
+                raise incompatible(pipeline, column, stored)
+        added = new_columns(shape, columns)
+        if added:
+            try:
                 cur.execute(add_columns(pipeline, added))
-            return [c.name for c in added]
-    except psycopg2.errors.LockNotAvailable:
-        raise TransientError(f"sink.evolve: {pipeline.sink.schema}.{pipeline.sink.table} stayed locked for "
-                             f"{EVOLVE_LOCK_TIMEOUT} (a long query or transaction on it?); adding its new columns "
-                             "is tried again with the batch") from None
+            except psycopg2.errors.LockNotAvailable:
+                raise TransientError(f"sink.evolve: {pipeline.sink.schema}.{pipeline.sink.table} stayed locked for "
+                                     f"{EVOLVE_LOCK_TIMEOUT} (a long query or transaction on it?); adding its new "
+                                     "columns is tried again with the batch") from None
+        return [c.name for c in added]
 
 
 def check_shape(pipeline: Pipeline, shape: SinkShape, columns: list[str]) -> None:
