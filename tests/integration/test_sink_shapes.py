@@ -158,13 +158,14 @@ def test_evolve_waits_for_the_sink_s_lock_only_so_long_then_the_batch_is_retried
 def test_append_with_batch_info_stores_each_row_once_a_replay_adds_nothing_and_verify_recomputes_it(
         settings, unique):
     """ranged_<suffix> makes two rows of each record, with its batch's range start; five records a batch make
-    two batches. Running the committed ranges again (backfill --mode reprocess --publish: one batch, other
+    two batches, published early. Running the committed ranges again (backfill --mode reprocess --publish: one batch, other
     ranges) numbers the same records' rows the same way: nothing is stored or published twice. verify's
     recompute, given each committed batch's own ranges, finds the same rows."""
     shapes = Shapes(settings, unique)
     shapes.produce(range(7), malformed=1)
     pipeline = f"ranged_{unique}"
-    ok(shapes.cli("run", pipeline, batch=5))
+    log = ok(shapes.cli("run", pipeline, batch=5, EOSBATCH_EARLY_PUBLISH="1"))
+    assert log.count("(produced while it committed)") == 2  # an append batch publishes early: all rows are new
     with store.transaction(settings) as cur:
         cur.execute("SELECT id FROM eosbatch.batches WHERE pipeline = %s AND state = 'published'", (pipeline,))
         ranges = [r for (batch_id,) in cur.fetchall() for r in store.get_batch(cur, batch_id).ranges]
