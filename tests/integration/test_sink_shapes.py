@@ -165,7 +165,7 @@ def test_append_with_batch_info_stores_each_row_once_a_replay_adds_nothing_and_v
     shapes.produce(range(7), malformed=1)
     pipeline = f"ranged_{unique}"
     log = ok(shapes.cli("run", pipeline, batch=5, EOSBATCH_EARLY_PUBLISH="1"))
-    assert log.count("(produced while it committed)") == 2  # an append batch publishes early: all rows are new
+    assert log.count("(produced while it committed)") == 2  # an append batch publishes early: its rows are new
     with store.transaction(settings) as cur:
         cur.execute("SELECT id FROM eosbatch.batches WHERE pipeline = %s AND state = 'published'", (pipeline,))
         ranges = [r for (batch_id,) in cur.fetchall() for r in store.get_batch(cur, batch_id).ranges]
