@@ -158,9 +158,9 @@ def test_evolve_waits_for_the_sink_s_lock_only_so_long_then_the_batch_is_retried
 def test_append_with_batch_info_stores_each_row_once_a_replay_adds_nothing_and_verify_recomputes_it(
         settings, unique):
     """ranged_<suffix> makes two rows of each record, with its batch's range start; five records a batch make
-    two batches, published early. Running the committed ranges again (backfill --mode reprocess --publish: one batch, other
-    ranges) numbers the same records' rows the same way: nothing is stored or published twice. verify's
-    recompute, given each committed batch's own ranges, finds the same rows."""
+    two batches, published early. Running the committed ranges again (backfill --mode reprocess --publish)
+    numbers the same records' rows the same way: nothing is stored or published twice. verify's recompute,
+    given each committed batch's own ranges, finds the same rows."""
     shapes = Shapes(settings, unique)
     shapes.produce(range(7), malformed=1)
     pipeline = f"ranged_{unique}"
