@@ -6,6 +6,7 @@ Used by the demo, the tests and the benchmark; it reads Kafka with read_committe
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, date, datetime
@@ -178,6 +179,9 @@ def _sink_rows(settings: Settings, pipeline: Any, columns: list[str]) -> dict[tu
     return {tuple(_same(r[k]) for k in pipeline.sink.key): r for r in rows}
 
 
+_HEX = re.compile(r"(?:[0-9a-f]{2})*")
+
+
 def _same(value: Any) -> Any:
     """A value as both sides can compare it: JSON, Spark and psycopg2 spell numbers differently."""
     if isinstance(value, bool) or value is None:
@@ -190,9 +194,11 @@ def _same(value: Any) -> Any:
         return (value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value).isoformat()
     if isinstance(value, date):
         return value.isoformat()
-    if isinstance(value, (bytes, memoryview)):  # as row_to_json spells a bytea
-        return "\\x" + bytes(value).hex()
-    if isinstance(value, str) and value[:4].isdigit() and value[4:5] == "-":
+    if isinstance(value, (bytes, memoryview)):  # as the recompute spells binary (spark/recompute.py)
+        return bytes(value).hex()
+    if isinstance(value, str) and value.startswith("\\x") and _HEX.fullmatch(value[2:]):
+        return value[2:]  # a bytea as row_to_json spells it
+    if isinstance(value, str) and value[:4].isdigit() and value[4:5] == "-" and len(value) > 10:
         try:  # a timestamp spelled by row_to_json or by Python: compare the instants, not the spelling
             return _same(datetime.fromisoformat(value))
         except ValueError:
