@@ -175,9 +175,10 @@ def test_a_run_publishes_avro_with_a_composite_key_and_copied_headers_exactly_on
 
     wave([(r, str(i), i, f"trace-{i}" if i % 3 else None) for i in range(30) for r in ("eu", "us")],
          [b"not json", b'{"region": "eu"}'])
-    run("0")  # published from the outbox after the commit
+    # updates, later in the same partitions: the latest row wins. One run (one batch), published from the outbox
+    # after the commit; early publish renders the same bytes (above; and tests/chaos/test_chaos.py's Avro case).
     wave([("eu", str(i), 100 + i, f"again-{i}" if i % 2 else None) for i in range(0, 30, 4)], [b"[1, 2]"])
-    run("1")  # published while the commit runs (the same records as from the outbox)
+    run("0")
 
     # the sink: the latest row of every key, typed as the input said
     with store.transaction(settings) as cur:
@@ -192,7 +193,7 @@ def test_a_run_publishes_avro_with_a_composite_key_and_copied_headers_exactly_on
     # the output: each published batch's records once, read_committed, decoded independently
     outputs = read_topic(settings, topic_out)
     check = check_output(settings, name, topic_out, outputs)
-    assert check.ok and check.records == len(outputs) == 60 + 8, check
+    assert check.ok and check.records == len(outputs) == 60, check
     last: dict[tuple[str, str], tuple[bytes, dict, dict]] = {}
     for r in sorted(outputs, key=lambda r: record.commit_order(r.headers)):
         row = _decode(r.value)
