@@ -123,9 +123,9 @@ def test_postgres_crash_at_fault_point_then_recovery(settings, unique, services,
 
 # EOSBATCH_EARLY_PUBLISH: the batch's Kafka transaction is filled while PostgreSQL commits it
 EARLY = [
-    ("commit.before_commit", "staged", "latest"),     # records in the open Kafka transaction, the COMMIT never sent
-    ("commit.after_commit", "committed", "latest"),   # COMMIT done, the Kafka transaction still open
-    ("publish.mid_produce", None, "latest"),          # the producing thread, all records flushed; the commit may be done
+    ("commit.before_commit", "staged", "latest"),  # records in the open Kafka transaction, the COMMIT never sent
+    ("commit.after_commit", "committed", "latest"),  # COMMIT done, the Kafka transaction still open
+    ("publish.mid_produce", None, "latest"),  # the producing thread, all records flushed; the commit may be done
     # the same with an Avro output, a composite key and a copied header (docs/output.md): the early records and
     # the outbox's, published after recovery, are the same bytes
     ("publish.mid_produce", None, "latest_avro"),

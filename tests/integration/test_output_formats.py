@@ -102,7 +102,7 @@ def test_early_publish_and_the_outbox_produce_the_same_records_and_values_round_
 
     assert records(early) == records(outbox)  # byte for byte: key, value and headers
     by_key = {key: (value, dict(headers)) for key, value, headers in records(outbox)}
-    for region, id_, amount, at, at_local, day, raw, n, trace, partition, offset in ROWS:
+    for region, id_, amount, at, at_local, day, raw, n, trace, _partition, offset in ROWS:
         key = json.dumps({"region": region, "id": id_}, separators=(",", ":"))
         value, headers = by_key[key.encode()]  # the key's exact bytes: the JSON object of its columns, in order
         assert _decode(value) == {"region": region, "id": id_, "amount": amount, "at": at, "at_local": at_local,
@@ -200,7 +200,7 @@ def test_a_run_publishes_avro_with_a_composite_key_and_copied_headers_exactly_on
         assert r.key == json.dumps({"region": row["region"], "id": row["id"]}, separators=(",", ":")).encode()
         last[(row["region"], row["id"])] = (r.key, row, r.headers)
     assert {k: row for k, (_, row, _) in last.items()} == stored
-    for k, (_, row, headers) in last.items():
+    for _, row, headers in last.values():
         assert headers.get("trace-id") == (None if row["trace_id"] is None else row["trace_id"].encode())
     # and eosbatch's own audit agrees, the sink recomputed from the committed input on Spark
     result = audit(Context(config.load(), make(unique)), recompute=True)
