@@ -23,6 +23,7 @@ from eosbatch.context import Context
 from eosbatch.kafka import record
 from eosbatch.kafka.read_back import read_topic
 from eosbatch.ledger import lanes, sinks, store
+from eosbatch.ledger.sinks import rendering
 from eosbatch.ledger.exceptions import SinkError
 from eosbatch.steps.publishing import record_shape
 from eosbatch.verify import audit, check_output
@@ -90,6 +91,9 @@ def test_early_publish_and_the_outbox_produce_the_same_records_and_values_round_
             moved = sinks.move_to_sink(cur, pipeline, batch, with_outbox=True, max_record_bytes=1_000_000)
             reads.execute(sinks.outbox_query(pipeline, names), (batch.id,))
             outbox = reads.fetchall()
+            cur.execute(sql.SQL("SELECT {}, {} FROM {} r").format(
+                rendering.key(pipeline.output, "r"), rendering.record_size(pipeline.output), sink))
+            bounds = dict(cur.fetchall())  # the size the commit checks against the topic's limit, by key
     finally:
         connection.rollback()
         connection.close()
@@ -109,6 +113,8 @@ def test_early_publish_and_the_outbox_produce_the_same_records_and_values_round_
                                   "day": day, "raw": raw, "n": n, "trace_id": trace}
         assert headers.get("trace-id") == (None if trace is None else trace.encode())
         assert headers[record.SOURCE_OFFSET] == str(offset).encode()
+        copied = len("trace-id") + len(headers["trace-id"]) if trace is not None else 0
+        assert bounds[key] >= len(key.encode()) + len(value) + copied  # the Avro size bound is one
 
 
 def test_a_schema_the_sink_cannot_fill_is_refused_before_anything_commits(settings, unique) -> None:

@@ -205,3 +205,26 @@ def test_records_copy_their_headers_and_leave_out_a_null_one() -> None:
     encoded = list(record.outgoing(iter([[(b"1", b"k", None, None, None, b"x", 5)]]), ["in"], common,
                                    encode=lambda values: repr(tuple(values)).encode()))
     assert encoded == [(b"k", b"(b'x', 5)", [*common, (record.SEQ, b"1")])]
+
+
+def test_verify_compares_avro_json_and_recomputed_values_alike() -> None:
+    from eosbatch.verify import _same
+
+    kathmandu = timezone(timedelta(hours=5, minutes=45))
+    instant = datetime(2024, 2, 29, 12, 0, tzinfo=kathmandu)
+    # the sink's timestamptz (any zone), Avro's (UTC), row_to_json's text, the recompute's naive UTC text
+    assert _same(instant) == _same(instant.astimezone(UTC)) == _same("2024-02-29T12:00:00+05:45") \
+        == _same("2024-02-29T06:15:00")
+    assert _same(date(2000, 1, 1)) == _same("2000-01-01")  # a date stays a date
+    # bytea: psycopg2's memoryview, Avro's bytes, row_to_json's \x text, the recompute's hex
+    assert _same(memoryview(b"\x00\xff")) == _same(b"\x00\xff") == _same("\\x00ff") == "00ff"
+    assert _same("\\xnot hex") == "\\xnot hex"
+
+
+def test_check_names_the_output_value_s_problems() -> None:
+    from eosbatch.preflight import output_value_check
+
+    assert output_value_check("out", []).ok
+    bad = output_value_check("out", ["output.value.schema: field raw: the sink has no column raw"])
+    assert not bad.ok and "field raw" in bad.found
+    assert not output_value_check("out", None).checked
