@@ -23,8 +23,8 @@ from eosbatch.context import Context
 from eosbatch.kafka import record
 from eosbatch.kafka.read_back import read_topic
 from eosbatch.ledger import lanes, sinks, store
-from eosbatch.ledger.sinks import rendering
 from eosbatch.ledger.exceptions import SinkError
+from eosbatch.ledger.sinks import rendering
 from eosbatch.steps.publishing import record_shape
 from eosbatch.verify import audit, check_output
 from examples.orders import generate
