@@ -7,7 +7,6 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from eosbatch.exceptions import ConfigError
@@ -164,7 +163,7 @@ class KafkaOutput:
         for name, column in pairs:
             if column in RESERVED_COLUMNS:
                 raise ConfigError(f"output.headers[{name!r}]", f"{column!r} is reserved by eosbatch")
-        object.__setattr__(self, "headers", MappingProxyType(dict(pairs)))
+        object.__setattr__(self, "headers", dict(pairs))  # a copy (a plain dict: a pipeline pickles)
 
     def __hash__(self) -> int:
         return hash((self.topic, self.key_columns, self.value, tuple(self.headers.items())))

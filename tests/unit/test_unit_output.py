@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
 import struct
 from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -48,6 +49,8 @@ def test_a_single_key_stays_as_it_was_and_a_list_is_a_composite_key() -> None:
     composite = KafkaOutput("out", key=["region", "id"], headers={"trace-id": "trace_id"})
     assert composite.composite and composite.key_columns == ("region", "id")
     assert hash(composite) == hash(KafkaOutput("out", ["region", "id"], headers={"trace-id": "trace_id"}))
+    avro_output = KafkaOutput("out", ["region", "id"], value=value(), headers={"trace-id": "trace_id"})
+    assert pickle.loads(pickle.dumps(avro_output)) == avro_output  # a pipeline pickles, as before
 
 
 @pytest.mark.parametrize(("kwargs", "field"), [
