@@ -37,12 +37,19 @@ def outgoing(chunks: Iterator[list[tuple[Any, ...]]], source_topics: Sequence[st
     if copied or encode is not None:
         yield from _shaped(chunks, single_topic, common, copied, encode)
         return
-    for rows in chunks:
+    for rows in chunks:  # inlined: a call per record costs on a million of them
         for seq, key, topic, partition, offset, value in rows:
-            yield key, value, _own(common, seq, topic, partition, offset, single_topic)
+            if partition is None:
+                yield key, value, [*common, (SEQ, seq)]
+            elif topic is None and single_topic is None:
+                yield key, value, [*common, (SEQ, seq), (SOURCE_PARTITION, partition), (SOURCE_OFFSET, offset)]
+            else:
+                yield key, value, [*common, (SEQ, seq), (SOURCE_PARTITION, partition), (SOURCE_OFFSET, offset),
+                                   (SOURCE_TOPIC, topic if topic is not None else single_topic)]
 
 
 def _own(common: Headers, seq: Any, topic: Any, partition: Any, offset: Any, single_topic: bytes | None) -> Headers:
+    """A record's own headers, as `outgoing`'s loop makes them."""
     if partition is None:
         return [*common, (SEQ, seq)]
     if topic is None and single_topic is None:
