@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from eosbatch.exceptions import ConfigError
 from eosbatch.protocol.ranges import OffsetRange
+from eosbatch.outputs import AvroValue, JsonValue, OutputValue, headers_map
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -159,15 +160,45 @@ class PostgresSink:
 
 @dataclass(frozen=True)
 class KafkaOutput:
-    """Where results are published: one record per sink row, keyed by `key`, the row as JSON."""
+    """Where results are published: one record per sink row (docs/output.md).
+
+    `key`: a column (its text, as always), or a list of columns (a composite key: the JSON object of those
+    columns, in that order). `value`: JsonValue() (the row as JSON, the default) or AvroValue(schema,
+    schema_id) (the Confluent wire format). `headers`: output header name -> the sink column it is copied
+    from (text or bytea; NULL: no such header on that record)."""
 
     topic: str
-    key: str
+    key: str | Sequence[str]
+    value: OutputValue = JsonValue()
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.topic, str) or not _TOPIC.fullmatch(self.topic):
             raise ConfigError("output.topic", f"{self.topic!r} is not a valid Kafka topic name")
-        _identifier("output.key", self.key)
+        if isinstance(self.key, str):
+            _identifier("output.key", self.key)
+        else:
+            object.__setattr__(self, "key", _identifiers("output.key", self.key))
+        if not isinstance(self.value, (JsonValue, AvroValue)):
+            raise ConfigError("output.value", f"must be JsonValue() or AvroValue(...), got {self.value!r}")
+        pairs = headers_map(self.headers)
+        for name, column in pairs:
+            if column in RESERVED_COLUMNS:
+                raise ConfigError(f"output.headers[{name!r}]", f"{column!r} is reserved by eosbatch")
+        object.__setattr__(self, "headers", dict(pairs))  # a copy (a plain dict: a pipeline pickles)
+
+    def __hash__(self) -> int:
+        return hash((self.topic, self.key_columns, self.value, tuple(self.headers.items())))
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """The columns the key is made of."""
+        return (self.key,) if isinstance(self.key, str) else tuple(self.key)
+
+    @property
+    def composite(self) -> bool:
+        """Whether the key is a JSON object of its columns (a list was given), not one column's text."""
+        return not isinstance(self.key, str)
 
 
 Transform = Callable[..., "DataFrame"]

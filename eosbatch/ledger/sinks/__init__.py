@@ -39,7 +39,8 @@ from eosbatch.ledger.sinks.outbox import (
     legacy_outbox,
     outbox_query,
 )
-from eosbatch.ledger.sinks.statements import TEXT_WIDTH, batch_rows, json_size_bound
+from eosbatch.ledger.sinks.rendering import TEXT_WIDTH, json_size_bound
+from eosbatch.ledger.sinks.statements import batch_rows
 from eosbatch.ledger.sinks.tables import ensure_outbox, ensure_tables, validate_columns
 
 __all__ = [

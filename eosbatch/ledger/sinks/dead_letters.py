@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from psycopg2 import sql
 
+from eosbatch.ledger.sinks import rendering
 from eosbatch.ledger.sinks.names import AMBIGUOUS_COLUMN, listed, position_columns
 from eosbatch.pipeline import KafkaOutput, Pipeline
 
@@ -39,13 +40,13 @@ def too_big(pipeline: Pipeline, output: KafkaOutput, out: list[str], size: sql.C
     return sql.SQL(
         'INSERT INTO eosbatch.dead_letters (pipeline, batch_id, topic, partition, incarnation, "offset", key, '
         "value, error) "
-        "SELECT %(pipeline)s, %(batch)s, {topic}, {where}, convert_to(r.{okey}::text, 'UTF8'), "
+        "SELECT %(pipeline)s, %(batch)s, {topic}, {where}, convert_to({okey}, 'UTF8'), "
         "convert_to(row_to_json(r.*)::text, 'UTF8'), 'output record of ' || {size} || ' bytes exceeds the "
         "output topic''s limit of ' || %(max_bytes)s || ' bytes (max.message.bytes, message.max.bytes, less "
         "headers): not stored in the sink, not published' FROM ({plain}) r WHERE NOT {fits} "
         'ON CONFLICT (pipeline, topic, partition, incarnation, "offset") DO UPDATE SET '
         "batch_id = EXCLUDED.batch_id, error = EXCLUDED.error RETURNING 1").format(
-            topic=topic, where=where, size=size, fits=fits, plain=plain, okey=sql.Identifier(output.key))
+            topic=topic, where=where, size=size, fits=fits, plain=plain, okey=rendering.key(output, "r"))
 
 
 def move_with_too_big(pipeline: Pipeline, output: KafkaOutput, rows: sql.Composable, out: list[str],

@@ -1,6 +1,7 @@
-"""The queries publish reads a batch's output records with: each row (seq, key, the record as JSON text, source
-topic, partition, offset) from the typed outbox, from the JSON outbox of an older ledger, or from staging
-before the commit (early publish); and a batch committed before the outbox, from staging."""
+"""The queries publish reads a batch's output records with: each row (seq, key, source topic, partition, offset,
+then the copied headers' columns and the value: JSON text, or the Avro fields; rendering.py) from the typed
+outbox, from the JSON outbox of an older ledger, or from staging before the commit (early publish); and a batch
+committed before the outbox, from staging."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 
 from psycopg2 import sql
 
-from eosbatch.ledger.sinks import catalog, statements
+from eosbatch.ledger.sinks import catalog, rendering, statements
 from eosbatch.ledger.sinks.catalog import SinkShape
 from eosbatch.ledger.sinks.modes import mode_of
 from eosbatch.ledger.sinks.names import BATCH_COLUMN, SEQ_COLUMN, listed, outbox_table, position_columns
@@ -17,21 +18,23 @@ from eosbatch.pipeline import Pipeline
 
 
 def outbox_query(pipeline: Pipeline, columns: list[str]) -> sql.Composed:
-    """Read a batch's typed outbox as publish needs it: seq, key, the record as JSON text, its source.
-    row_to_json over the batch's columns, in the commit's order, renders exactly what the commit's own
-    row_to_json did when the outbox held JSON (migration 0008). One parameter: the batch's id."""
+    """Read a batch's typed outbox as publish needs it: seq, key, its source, its copied headers and value
+    (rendering.published). row_to_json over the batch's columns, in the commit's order, renders exactly what
+    the commit's own row_to_json did when the outbox held JSON (migration 0008). One parameter: the batch's id."""
     assert pipeline.output is not None
-    return sql.SQL("SELECT q.{seq}::text, q.{okey}::text, row_to_json(r.*)::text, {src} FROM {t} q "
+    return sql.SQL("SELECT q.{seq}::text, {okey}, {src}, {published} FROM {t} q "
                    "CROSS JOIN LATERAL (SELECT {cols}) r WHERE q.{batch} = %s").format(
-        seq=sql.Identifier(SEQ_COLUMN), okey=sql.Identifier(pipeline.output.key), src=_source("q", columns),
-        t=outbox_table(pipeline), cols=listed(columns, "q"), batch=sql.Identifier(BATCH_COLUMN))
+        seq=sql.Identifier(SEQ_COLUMN), okey=rendering.key(pipeline.output, "r"), src=_source("q", columns),
+        published=rendering.published(pipeline.output, "r"), t=outbox_table(pipeline), cols=listed(columns, "q"),
+        batch=sql.Identifier(BATCH_COLUMN))
 
 
 def json_outbox_query() -> sql.SQL:
     """Read a batch committed before the typed outbox (ledger revision 0008): its records are JSON already, in
-    eosbatch.outbox. One parameter: the batch's id."""
-    return sql.SQL("SELECT seq::text, key, value, source_topic, source_partition::text, "
-                   "source_offset::text FROM eosbatch.outbox WHERE batch_id = %s")
+    eosbatch.outbox, in the layout of `outbox_query` for a JSON value without copied headers. One parameter:
+    the batch's id."""
+    return sql.SQL("SELECT seq::text, key, source_topic, source_partition::text, source_offset::text, value "
+                   "FROM eosbatch.outbox WHERE batch_id = %s")
 
 
 def _source(alias: str, columns: list[str]) -> sql.Composed:
@@ -82,7 +85,7 @@ def refusal(shape: SinkShape, batch: Batch) -> str | None:
 
 def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str]) -> sql.Composed | None:
     """The records the commit of a batch that staged `columns` will write to its outbox, read from staging
-    before it commits, rendered as `outbox_query` renders the outbox (seq, key, record, source); None where
+    before it commits, rendered as `outbox_query` renders the outbox (seq, key, source, headers, value); None where
     they might differ, so that only the outbox can say. Parameters: batch, writers.
 
     Exact when every row the batch brings is stored as it is, which the caller checks after the commit (the
@@ -109,9 +112,10 @@ def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str]) -> sql
         return None
     casts = sql.SQL(", ").join(sql.SQL("CAST(c.{n} AS {t}) AS {n}").format(n=sql.Identifier(c),
                                                                            t=sql.SQL(sink_types[c])) for c in out)
-    return sql.SQL("SELECT (row_number() OVER ())::text, r.{okey}::text, row_to_json(r.*)::text, {src} "
+    return sql.SQL("SELECT (row_number() OVER ())::text, {okey}, {src}, {published} "
                    "FROM ({rows}) c CROSS JOIN LATERAL (SELECT {casts}) r").format(
-        okey=sql.Identifier(pipeline.output.key), src=_source("r", out), rows=rows, casts=casts)
+        okey=rendering.key(pipeline.output, "r"), src=_source("r", out),
+        published=rendering.published(pipeline.output, "r"), rows=rows, casts=casts)
 
 
 def legacy_outbox(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Composed | None:
@@ -126,5 +130,5 @@ def legacy_query(pipeline: Pipeline, columns: list[str]) -> sql.Composed | None:
     if not columns:
         return None
     select, _ = statements.batch_rows(pipeline, columns)
-    return sql.SQL("SELECT r.{}::text, row_to_json(r.*)::text FROM ({}) r").format(
-        sql.Identifier(pipeline.output.key), select)
+    return sql.SQL("SELECT {}, row_to_json(r.*)::text FROM ({}) r").format(
+        rendering.key(pipeline.output, "r"), select)

@@ -7,7 +7,7 @@ from psycopg2 import sql
 
 from eosbatch.ledger.cleanup import OPEN_BATCH_IDS, open_batch_params
 from eosbatch.ledger.exceptions import SinkError
-from eosbatch.ledger.sinks import catalog
+from eosbatch.ledger.sinks import catalog, output_fit
 from eosbatch.ledger.sinks.catalog import SinkShape
 from eosbatch.ledger.sinks.modes import mode_of
 from eosbatch.ledger.sinks.names import (
@@ -46,8 +46,7 @@ def validate_columns(pipeline: Pipeline, columns: list[Column]) -> None:
         if missing := [c for c in wanted if c not in names]:
             raise SinkError(f"{field}: the transform's output lacks {missing}; it has {names}")
     mode_of(pipeline).check_columns(sink, names)
-    if pipeline.output is not None and pipeline.output.key not in names:
-        raise SinkError(f"output.key: the transform's output lacks {pipeline.output.key!r}; it has {names}")
+    output_fit.check_columns(pipeline, columns)
 
 
 def _definitions(columns: list[Column]) -> sql.Composed:
@@ -73,6 +72,7 @@ def ensure_tables(cur: Cursor, pipeline: Pipeline, columns: list[Column]) -> Non
         if not shape.has_unique_key(key):
             raise SinkError(f"sink.key: {pipeline.sink.schema}.{pipeline.sink.table} has no primary key or "
                             f"unique index on exactly {list(key)}; an idempotent upsert needs one")
+    output_fit.check_value(cur, pipeline, shape, columns)
     _ensure_stage(cur, pipeline, columns, shape)
 
 
