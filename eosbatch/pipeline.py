@@ -11,8 +11,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from eosbatch.exceptions import ConfigError
-from eosbatch.protocol.ranges import OffsetRange
 from eosbatch.outputs import AvroValue, JsonValue, OutputValue, headers_map
+from eosbatch.protocol.ranges import OffsetRange
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
