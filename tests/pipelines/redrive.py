@@ -15,7 +15,8 @@ SCHEMA = "id STRING NOT NULL, n INT" if FIXED else "id STRING NOT NULL, n INT NO
 def to_rows(records: Any) -> Any:
     from pyspark.sql import functions as F
 
-    return records.select("id", "n", F.col("timestamp").alias("ts"), "partition", "offset")
+    # The record's timestamp as epoch milliseconds (verify's recompute compares timestamp columns as text).
+    return records.select("id", "n", F.unix_millis("timestamp").alias("ts"), "partition", "offset")
 
 
 redrive = Pipeline(
