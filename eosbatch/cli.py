@@ -10,7 +10,7 @@ import os
 import shlex
 import sys
 
-from eosbatch import cli_parser, cli_status, commands, confirm
+from eosbatch import cli_dead_letters, cli_parser, cli_status, commands, confirm
 from eosbatch.cli_parser import EXIT_FENCED, EXIT_TERMINAL, EXIT_TRANSIENT, EXIT_USAGE, EXIT_VIOLATION
 from eosbatch.exceptions import ConfigError, EosbatchError, Fenced, TerminalError
 
@@ -98,6 +98,8 @@ def _command(args: argparse.Namespace) -> int:
         _print_json(report) if as_json else cli_status.print_one(report)
     elif args.command == "backfill":
         _backfill(args)
+    elif args.command == "dead-letters":
+        return cli_dead_letters.redrive(args, _interactive(), _refusal, _refuse)
     elif args.command == "replay":
         outcome = commands.replay(args.pipeline, args.batch_id, log=log)
         if as_json:

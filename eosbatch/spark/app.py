@@ -11,9 +11,16 @@ from eosbatch.context import Context
 from eosbatch.exceptions import TerminalError, TransientError
 from eosbatch.ledger import lanes, sinks, store
 from eosbatch.ledger.staging import DEAD_LETTERS_STAGE
-from eosbatch.spark import reader, shaping
+from eosbatch.spark import reader, redrive, shaping
 from eosbatch.spark.session import on_own_session
-from eosbatch.spark.staging import DEAD_LETTER_COLUMNS, RESULT_SCHEMA, StageTarget, WriterResult, stage_partition
+from eosbatch.spark.staging import (
+    DEAD_LETTER_COLUMNS,
+    DEAD_LETTER_TIMES,
+    RESULT_SCHEMA,
+    StageTarget,
+    WriterResult,
+    stage_partition,
+)
 
 
 def process(pipeline_name: str, batch_id: int) -> dict[str, int]:
@@ -40,7 +47,9 @@ def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -
         raise TerminalError(f"batch {batch_id} is {batch.state}; only a planned batch can be processed")
     started = time.monotonic()
     nonce = uuid.uuid4().hex[:12]  # this run's writers; a retried driver gets new tags
-    parsed = reader.parse(reader.read_ranges(spark, settings, list(batch.ranges), pipeline.name), pipeline.source)
+    records = (redrive.read_input(spark, settings, batch_id) if batch.kind == "redrive"  # the ledger's bytes
+               else reader.read_ranges(spark, settings, list(batch.ranges), pipeline.name))
+    parsed = reader.parse(records, pipeline.source)
     good, observation = _counted(parsed, nonce)
     shaped = shaping.transformed(pipeline, good, list(batch.ranges))
     result, columns = shaped
@@ -140,7 +149,7 @@ def _stage_dead_letters(parsed: Any, dsn: str, nonce: str, batch_id: int) -> lis
 
     error = F.col(reader.ERROR_COLUMN)
     target = StageTarget("dead_letters", DEAD_LETTERS_STAGE)
-    rows = (parsed.where(error.isNotNull()).select(*DEAD_LETTER_COLUMNS, error)
+    rows = (parsed.where(error.isNotNull()).select(*DEAD_LETTER_COLUMNS, error, *DEAD_LETTER_TIMES)
             .mapInArrow(stage_partition(dsn, target, nonce, batch_id, {}), RESULT_SCHEMA).collect())
     return [WriterResult(r["writer"], r["rows"]) for r in rows]
 

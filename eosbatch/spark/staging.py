@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 Kind = Literal["sink", "dead_letters"]
 RESULT_SCHEMA = "kind string, writer string, rows long"  # what each staging task returns to the driver
 DEAD_LETTER_COLUMNS = ["topic", "partition", "offset", "key", "value"]  # + the error: staged_dead_letters' order
+DEAD_LETTER_TIMES = ["timestamp", "timestampType"]  # after the error (migration 0011 added them)
 
 
 class WriterResult(NamedTuple):

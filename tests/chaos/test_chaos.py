@@ -25,6 +25,7 @@ from eosbatch import config
 from eosbatch.ledger import lanes, store
 from tests.chaos.control import ROOT, end_exactly_once, wait_until
 from tests.chaos.control import session as control_session
+from tests.redriving import Redrive
 from tests.scenario import Scenario
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
@@ -275,3 +276,32 @@ def test_spark_connect_server_sigkilled_mid_batch_then_restarted(settings, uniqu
     done = scenario.run()
     assert done.returncode == 0, done.stderr[-3000:]
     end_exactly_once(scenario)
+
+
+# ---------------------------------------------------------------- e. a redrive of dead letters
+
+# point, the redrive batch's state once PostgreSQL is back
+REDRIVE_CRASH = [
+    ("commit.after_commit", "committed"),  # the sink rows and the redriven marks are in; publish is left
+]
+
+
+@pytest.mark.parametrize(("point", "left"), REDRIVE_CRASH, ids=[r[0] for r in REDRIVE_CRASH])
+def test_postgres_crash_mid_redrive_then_redrive_again(settings, unique, services, runners, point, left):
+    """`eosbatch dead-letters redrive` is frozen at `point` after the schema fix; PostgreSQL stops like a power
+    cut and restarts; the runner is SIGKILLed. The same redrive again settles the batch (its lane's recovery)
+    and chooses only what is left: each dead letter goes through once, the broken ones stay with the new reason."""
+    scenario = Redrive(settings, unique)
+    scenario.ok("run", scenario.pipeline, fixed=False)
+    first = runners.start(scenario, "dead-letters", "redrive", scenario.pipeline, "--all", "--yes",
+                          fault=f"{point}:stop")
+    first.stopped_at(point)
+    services.crash_postgres()
+    first.kill()
+    assert first.fired_points() == [point]
+    [regular, (batch_id, kind, state)] = scenario.batches()
+    assert (kind, state) == ("redrive", left) and regular[2] == "published"
+    done = scenario.redrive("--all", "--yes")
+    assert done["redriven"] == 0 and done["dead_letters"] == 4, done  # only the broken ones were left to choose
+    scenario.assert_exactly_once(fixed=True)
+    assert {by for _, _, by, _ in scenario.dead_letters().values() if by is not None} == {batch_id}

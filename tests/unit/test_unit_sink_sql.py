@@ -206,7 +206,7 @@ def test_a_record_too_big_is_a_dead_letter_against_its_source_or_the_output_topi
     assert "SELECT %(pipeline)s, %(batch)s, 'in', r.\"partition\", COALESCE((SELECT br.incarnation " in positioned
     assert positioned.endswith('FROM (SELECT "k", "v", "we-ird""col", "partition", "offset" FROM all_rows) r WHERE '
                                'NOT FITS ON CONFLICT (pipeline, topic, partition, incarnation, "offset") DO UPDATE SET '
-                               'batch_id = EXCLUDED.batch_id, error = EXCLUDED.error RETURNING 1')
+                               'batch_id = EXCLUDED.batch_id, error = EXCLUDED.error, redriven_by = NULL RETURNING 1')
     aggregate = render(dead_letters.too_big(pipeline(), KafkaOutput("out", "k"), ["k", "v"], size, fits))
     assert "%(batch)s, 'out', -1, 0, -(%(batch)s::bigint * 1000000 + row_number() OVER ())," in aggregate
 
