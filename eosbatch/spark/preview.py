@@ -23,5 +23,5 @@ def output_columns_on(spark: Any, pipeline: Pipeline) -> list[Column]:
         logging.getLogger(name).setLevel(logging.CRITICAL)
     empty = spark.createDataFrame([], reader.struct(reader.KAFKA_COLUMNS))
     parsed = reader.parse(empty, pipeline.source)
-    result = pipeline.transform(parsed.where(parsed[reader.ERROR_COLUMN].isNull()).drop(reader.ERROR_COLUMN))
+    result = pipeline.transform(parsed.where(parsed[reader.ERROR_COLUMN].isNull()).drop(*reader.INTERNAL_COLUMNS))
     return schema.columns(result.schema)
