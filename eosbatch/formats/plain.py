@@ -37,5 +37,6 @@ class String(Format):
     def decoding(self, raw: Column, role: Role, temporary: str, schemas: Mapping[int, str | None]) -> Decoding:
         from pyspark.sql import functions as F
 
-        text = raw.cast("string")  # Spark keeps the bytes as they are: is_valid_utf8 checks them
-        return Decoding(None, text, [(~F.is_valid_utf8(text), reason(role, "not valid UTF-8"))])
+        # A cast keeps the bytes as they are, valid or not: invalid text is null (and the record a dead letter).
+        text = F.try_validate_utf8(raw.cast("string"))
+        return Decoding(None, text, [(raw.isNotNull() & text.isNull(), reason(role, "not valid UTF-8"))])

@@ -142,3 +142,50 @@ def test_avro_string_keys_and_headers_end_exactly_once(settings, unique, tmp_pat
     assert all(f.ok is not False for f in report.findings), report.findings
     checked = {f.check: f.ok for f in report.findings}
     assert checked["sink = transform(committed input)"] and checked["dead letters = malformed committed input"]
+
+
+def test_each_format_parses_its_role_or_names_the_reason(settings) -> None:
+    """The reader on records made in Spark (no topic): JSON and Avro keys, String and Bytes values, a JSON value
+    whose parse keeps the columns it always had, and the dead letters' key and value as the bytes they were."""
+    if not settings.spark_remote:
+        pytest.skip("needs the stack's Spark Connect server")
+    from eosbatch.engine import connect
+    from eosbatch.formats import Bytes, Json
+    from eosbatch.spark import reader
+
+    spark = connect.session(settings)
+
+    def parsed(source: KafkaSource, pairs: list[tuple[bytes | None, bytes | None]], schemas: Any = None) -> Any:
+        rows = [(k, v, "t", 0, i, None, 0, None) for i, (k, v) in enumerate(pairs)]
+        return reader.parse(spark.createDataFrame(rows, reader.struct(reader.KAFKA_COLUMNS)), source, schemas)
+
+    json_key = KafkaSource(["t"], key=Json("id INT NOT NULL, region STRING"), value=String())
+    found = parsed(json_key, [(b'{"id": 1, "region": "eu"}', b"hello"), (b'{"region": "eu"}', b"x"), (b"nope", b"x"),
+                              (None, b"\xff"), (b'{"id": 2}', None)])
+    rows = found.orderBy("offset").collect()
+    assert [(r["key"] and r["key"].asDict(), r["value"], r["_eosbatch_error"]) for r in rows] == [
+        ({"id": 1, "region": "eu"}, "hello", None),
+        ({"id": None, "region": "eu"}, "x", "key: missing required field 'id'"),
+        ({"id": None, "region": None}, "x", "key: not a JSON object matching schema (id INT NOT NULL, region STRING)"),
+        (None, None, "value: not valid UTF-8"),
+        ({"id": 2, "region": None}, None, "value is null (a tombstone): this sink does not take deletes")]
+    dead = found.select(*reader.dead_letter_columns(json_key)).orderBy("offset").collect()
+    assert [(r["key"], r["value"]) for r in dead][1:4] == [(b'{"region": "eu"}', b"x"), (b"nope", b"x"),
+                                                           (None, b"\xff")]
+
+    string = json.dumps("string")
+    avro_key = KafkaSource(["t"], key=Avro(string, {3: string}), value=Bytes())
+    text = io.BytesIO()
+    fastavro.schemaless_writer(text, fastavro.parse_schema("string"), "abc")
+    rows = parsed(avro_key, [(wire.framed(3, text.getvalue()), None), (wire.framed(4, text.getvalue()), b"v"),
+                             (b"\x00\x00", b"v")], {"key": {3: string, 4: None}}).orderBy("offset").collect()
+    assert [(r["key"], r["value"], r["_eosbatch_error"]) for r in rows] == [
+        ("abc", None, None),  # a Bytes value: a null one reaches the transform
+        (None, b"v", "key: unknown Avro schema id 4 (not found in the pipeline's writer_schemas map)"),
+        (None, b"v", "key: 2 bytes: too short for the Confluent wire format (a magic byte 0 and a 4-byte schema id, "
+                     "then Avro)")]
+
+    # JSON values with bytes keys: the columns the parse always gave, and headers
+    plain = parsed(KafkaSource(["t"], value_schema="id INT"), [(b"k", b'{"id": 5}')])
+    assert plain.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers",
+                             "id", "_eosbatch_error"]
