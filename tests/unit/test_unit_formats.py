@@ -52,7 +52,8 @@ class Source:
     """A WriterSchemas that counts what it was asked."""
 
     def __init__(self, known: dict[int, str], reachable: bool = True) -> None:
-        self.known, self.reachable, self.asked = known, reachable, []  # type: list[int]
+        self.known, self.reachable = known, reachable
+        self.asked: list[int] = []
 
     def schema(self, schema_id: int) -> str | None:
         self.asked.append(schema_id)
