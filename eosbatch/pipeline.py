@@ -11,6 +11,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from eosbatch.exceptions import ConfigError
+from eosbatch.formats.base import KAFKA_COLUMNS as KAFKA_COLUMNS  # re-exported: where they always were
+from eosbatch.formats.base import Format, Role
+from eosbatch.formats.json_format import Json, check_ddl
+from eosbatch.formats.json_format import ddl_field_names as ddl_field_names
+from eosbatch.formats.plain import Bytes
 from eosbatch.outputs import AvroValue, JsonValue, OutputValue, headers_map
 from eosbatch.protocol.ranges import OffsetRange
 
@@ -28,28 +33,6 @@ StartingOffsets = Literal["earliest", "latest"]
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-# The columns every record already has before its value's fields are added (and eosbatch's own).
-KAFKA_COLUMNS = ("topic", "partition", "offset", "timestamp", "timestampType", "key", "value", "headers")
-
-
-def ddl_field_names(ddl: str) -> list[str]:
-    """The top-level field names of a Spark DDL schema ("a INT, b DECIMAL(18,2), c STRUCT<x: INT>")."""
-    names, depth, piece = [], 0, ""
-    for char in ddl + ",":
-        if char in "<(":
-            depth += 1
-        elif char in ">)":
-            depth -= 1
-        if char == "," and depth == 0:
-            text = piece.strip()
-            if text.startswith("`"):
-                names.append(text[1:text.index("`", 1)])
-            elif text:
-                names.append(text.split()[0].rstrip(":"))
-            piece = ""
-        else:
-            piece += char
-    return names
 # Columns eosbatch adds to staging tables; a sink may not use them.
 RESERVED_COLUMNS = frozenset({"_eosbatch_batch", "_eosbatch_writer"})
 
@@ -75,17 +58,21 @@ def _identifiers(field_name: str, values: object, allow_empty: bool = False) -> 
 
 @dataclass(frozen=True)
 class KafkaSource:
-    """Where a pipeline reads: topics, how much per batch, and how to parse values.
+    """Where a pipeline reads: topics, how much per batch, and how to parse keys and values.
 
-    `value_schema` (Spark DDL, e.g. "customer_id STRING NOT NULL, amount DOUBLE") makes eosbatch parse
-    each value as JSON before the transform: records that are not JSON, have a field of the wrong type,
-    or lack a NOT NULL field go to the dead letters instead of failing the batch.
+    `value` and `key` are formats (eosbatch.formats: Json, Avro, String, Bytes; both Bytes by default, the raw
+    bytes). `value_schema` (Spark DDL, e.g. "customer_id STRING NOT NULL, amount DOUBLE") is short for
+    `value=Json(value_schema)`: each value is parsed as JSON before the transform. Records whose key or value
+    does not parse (not JSON, a field of the wrong type, a missing NOT NULL field, undecodable Avro, an unknown
+    schema id, text that is not UTF-8) go to the dead letters with the reason instead of failing the batch.
     """
 
     topics: Sequence[str]
     max_records_per_batch: int = 100_000
     value_schema: str | None = None
     starting_offsets: StartingOffsets = "earliest"
+    value: Format | None = None  # None: Json(value_schema) if given, else Bytes()
+    key: Format = Bytes()
 
     def __post_init__(self) -> None:
         if isinstance(self.topics, str) or not self.topics:
@@ -101,14 +88,24 @@ class KafkaSource:
         if self.starting_offsets not in ("earliest", "latest"):
             raise ConfigError("source.starting_offsets", f"must be 'earliest' or 'latest', got "
                                                          f"{self.starting_offsets!r}")
-        if self.value_schema is not None and (not isinstance(self.value_schema, str) or not self.value_schema):
-            raise ConfigError("source.value_schema", "must be a Spark DDL string such as 'id STRING, n INT'")
+        for role in ("value", "key"):
+            given = getattr(self, role)
+            if given is not None and not isinstance(given, Format):
+                raise ConfigError(f"source.{role}", f"must be a format of eosbatch.formats (Json, Avro, String or "
+                                                    f"Bytes), got {given!r}")
         if self.value_schema is not None:
-            taken = {c.lower() for c in KAFKA_COLUMNS} | {"_eosbatch_error"}
-            clashes = [n for n in ddl_field_names(self.value_schema) if n.lower() in taken]
-            if clashes:
-                raise ConfigError("source.value_schema", f"field(s) {', '.join(clashes)} collide with the record's "
-                                  f"Kafka columns ({', '.join(KAFKA_COLUMNS)}); parse such values in the transform")
+            if self.value is not None:
+                raise ConfigError("source.value_schema", "give value=Json(...) or value_schema=..., not both")
+            object.__setattr__(self, "value", Json(check_ddl("source.value_schema", self.value_schema, "value")))
+        else:
+            object.__setattr__(self, "value", (self.value or Bytes()).checked("source.value", "value"))
+        object.__setattr__(self, "key", self.key.checked("source.key", "key"))
+
+    @property
+    def formats(self) -> dict[Role, Format]:
+        """The format of each role ("key", "value")."""
+        assert self.value is not None, "set when built"
+        return {"key": self.key, "value": self.value}
 
 
 @dataclass(frozen=True)

@@ -9,18 +9,13 @@ from typing import Any, NamedTuple
 from eosbatch import config, faults, registry
 from eosbatch.context import Context
 from eosbatch.exceptions import TerminalError, TransientError
-from eosbatch.ledger import lanes, sinks, store
+from eosbatch.formats.schemas import to_json
+from eosbatch.ledger import lanes, schema_sets, sinks, store
 from eosbatch.ledger.staging import DEAD_LETTERS_STAGE
-from eosbatch.spark import reader, redrive, shaping
+from eosbatch.pipeline import KafkaSource
+from eosbatch.spark import reader, redrive, shaping, writer_schemas
 from eosbatch.spark.session import on_own_session
-from eosbatch.spark.staging import (
-    DEAD_LETTER_COLUMNS,
-    DEAD_LETTER_TIMES,
-    RESULT_SCHEMA,
-    StageTarget,
-    WriterResult,
-    stage_partition,
-)
+from eosbatch.spark.staging import DEAD_LETTER_TIMES, RESULT_SCHEMA, StageTarget, WriterResult, stage_partition
 
 
 def process(pipeline_name: str, batch_id: int) -> dict[str, int]:
@@ -49,7 +44,8 @@ def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -
     nonce = uuid.uuid4().hex[:12]  # this run's writers; a retried driver gets new tags
     records = (redrive.read_input(spark, settings, batch_id) if batch.kind == "redrive"  # the ledger's bytes
                else reader.read_ranges(spark, settings, list(batch.ranges), pipeline.name))
-    parsed = reader.parse(records, pipeline.source)
+    schemas = writer_schemas.for_batch(records, settings, pipeline, batch)  # {} unless a format names them by id
+    parsed = reader.parse(records, pipeline.source, schemas)
     good, observation = _counted(parsed, nonce)
     shaped = shaping.transformed(pipeline, good, list(batch.ranges))
     result, columns = shaped
@@ -70,12 +66,14 @@ def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -
               .collect())
     sink_writers = [WriterResult(r["writer"], r["rows"]) for r in staged]
     tally = _tally(observation.get, parsed, batch_id, log)
-    dead = _counts(_stage_dead_letters(parsed, settings.psycopg_dsn, nonce, batch_id)) if tally.malformed else {}
+    dead = _counts(_stage_dead_letters(parsed, pipeline.source, settings.psycopg_dsn, nonce, batch_id)) \
+        if tally.malformed else {}
     if sum(dead.values()) != tally.malformed:
         raise TransientError(f"batch {batch_id}: {tally.malformed} malformed records were counted, "
                              f"{sum(dead.values())} staged as dead letters on a second read of their ranges; "
                              "nothing was marked staged")
-    writers: dict[str, Any] = {"sink": _counts(sink_writers), "dead_letters": dead, "columns": names}
+    writers: dict[str, Any] = {"sink": _counts(sink_writers), "dead_letters": dead, "columns": names,
+                               **({schema_sets.KEY: to_json(schemas)} if schemas else {})}
     if added:  # the sink's shape changed for this batch: it publishes from the outbox (outbox.early_refusal)
         writers["evolved"] = added
     counts = {"records_read": tally.records, "sink_rows_staged": sum(r.rows for r in sink_writers),
@@ -129,7 +127,7 @@ def _counted(parsed: Any, nonce: str) -> tuple[Any, Any]:
     observed = (parsed.withColumn(_ROW_NUMBER, F.monotonically_increasing_id())
                 .observe(observation, *_record_counts(), F.count_if(first).alias("tasks"),
                          F.size(F.collect_set(F.when(first, F.shiftright(row, _TASK_ROW_BITS)))).alias("partitions")))
-    return observed.where(error.isNull()).drop(reader.ERROR_COLUMN, _ROW_NUMBER), observation
+    return observed.where(error.isNull()).drop(*reader.INTERNAL_COLUMNS, _ROW_NUMBER), observation
 
 
 def _tally(observed: Any, parsed: Any, batch_id: int, log: Any) -> _Tally:
@@ -143,13 +141,14 @@ def _tally(observed: Any, parsed: Any, batch_id: int, log: Any) -> _Tally:
     return _Tally(int(exact["records"]), int(exact["malformed"]))
 
 
-def _stage_dead_letters(parsed: Any, dsn: str, nonce: str, batch_id: int) -> list[WriterResult]:
-    """Stage the malformed records as dead letters (a Spark action of their own); their writers."""
+def _stage_dead_letters(parsed: Any, source: KafkaSource, dsn: str, nonce: str, batch_id: int) -> list[WriterResult]:
+    """Stage the malformed records as dead letters (a Spark action of their own), their key and value as the
+    bytes they were; their writers."""
     from pyspark.sql import functions as F
 
     error = F.col(reader.ERROR_COLUMN)
     target = StageTarget("dead_letters", DEAD_LETTERS_STAGE)
-    rows = (parsed.where(error.isNotNull()).select(*DEAD_LETTER_COLUMNS, error, *DEAD_LETTER_TIMES)
+    rows = (parsed.where(error.isNotNull()).select(*reader.dead_letter_columns(source), error, *DEAD_LETTER_TIMES)
             .mapInArrow(stage_partition(dsn, target, nonce, batch_id, {}), RESULT_SCHEMA).collect())
     return [WriterResult(r["writer"], r["rows"]) for r in rows]
 

@@ -23,5 +23,5 @@ def output_columns_on(spark: Any, pipeline: Pipeline) -> list[Column]:
         logging.getLogger(name).setLevel(logging.CRITICAL)
     empty = spark.createDataFrame([], reader.struct(reader.KAFKA_COLUMNS))
     parsed = reader.parse(empty, pipeline.source)
-    good = parsed.where(parsed[reader.ERROR_COLUMN].isNull()).drop(reader.ERROR_COLUMN)
+    good = parsed.where(parsed[reader.ERROR_COLUMN].isNull()).drop(*reader.INTERNAL_COLUMNS)
     return shaping.transformed(pipeline, good, []).columns  # no ranges: nothing is read

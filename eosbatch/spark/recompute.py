@@ -24,7 +24,7 @@ from eosbatch.ledger import claims, store
 from eosbatch.ledger.audit import committed_batches
 from eosbatch.protocol.ranges import subtract
 from eosbatch.protocol.states import claims_coverage
-from eosbatch.spark import reader, schema, shaping
+from eosbatch.spark import reader, schema, shaping, writer_schemas
 from eosbatch.spark.session import on_own_session
 
 
@@ -54,22 +54,28 @@ def recompute_on(spark: Any, ctx: Context) -> dict[str, Any]:
     settings, pipeline = ctx.settings, ctx.pipeline
     with store.transaction(settings) as cur:
         batches = committed_batches(cur, pipeline.name)
-        # A reprocess re-ran ranges that another batch committed: counted there.
-        runs = [list(b.ranges) for b in batches if claims_coverage(b.kind) and b.ranges]
+        # A reprocess re-ran ranges that another batch committed: counted there. Each run decodes with the
+        # writer schemas its batch decoded with (Avro); the compacted rest with those of every batch.
+        runs = [(list(b.ranges), writer_schemas.stored(b)) for b in batches if claims_coverage(b.kind) and b.ranges]
         if any(claims_coverage(b.kind) and not b.ranges for b in batches):  # compacted
-            rest = subtract(claims.committed_coverage(cur, pipeline.name), [r for run in runs for r in run])
-            runs = [rest, *runs] if rest else runs
+            rest = subtract(claims.committed_coverage(cur, pipeline.name), [r for run, _ in runs for r in run])
+            every: dict[str, dict[int, str | None]] = {}
+            for b in batches:
+                for role, ids in writer_schemas.stored(b).items():
+                    every[role] = {**ids, **every.get(role, {})}
+            runs = [(rest, every), *runs] if rest else runs
     rows: list[dict[str, Any]] = []
     malformed: list[list[Any]] = []
     columns: list[str] = []
     records = 0
-    for ranges in runs:
-        parsed = reader.parse(reader.read_ranges(spark, settings, ranges, pipeline.name), pipeline.source)
+    for ranges, pinned in runs:
+        read = reader.read_ranges(spark, settings, ranges, pipeline.name)
+        parsed = reader.parse(read, pipeline.source, writer_schemas.resolved(read, settings, pipeline, pinned))
         records += parsed.count()
         malformed += [[r[0], r[1], r[2]] for r in parsed.where(F.col(reader.ERROR_COLUMN).isNotNull())
                       .select("topic", "partition", "offset").collect()]
         result, stored = shaping.transformed(
-            pipeline, parsed.where(F.col(reader.ERROR_COLUMN).isNull()).drop(reader.ERROR_COLUMN), ranges)
+            pipeline, parsed.where(F.col(reader.ERROR_COLUMN).isNull()).drop(*reader.INTERNAL_COLUMNS), ranges)
         columns = list(result.columns)
         jsonb = {c.name for c in stored if c.pg_type == schema.JSONB}
         rows += [{c: json.loads(v) if c in jsonb and v is not None else _plain(v) for c, v in row.asDict().items()}

@@ -19,7 +19,7 @@ from eosbatch.stack.kafka import KafkaBroker
 from eosbatch.stack.postgres import PostgresCluster, find_bindir
 from eosbatch.stack.spark_cluster import ClusterStatus, SparkCluster
 from eosbatch.stack.spark_connect import SparkConnectServer
-from eosbatch.stack.versions import KAFKA_VERSION, PYSPARK_VERSION, SPARK_KAFKA_CONNECTOR
+from eosbatch.stack.versions import KAFKA_VERSION, PYSPARK_VERSION, SPARK_AVRO, SPARK_KAFKA_CONNECTOR
 
 __all__ = ["StackError", "StackInfo", "up", "down", "status", "env", "home", "connector_jars", "cluster_up",
            "cluster_down", "cluster_wanted"]
@@ -97,17 +97,23 @@ def add_password_role(role: str, password: str, database: str) -> str:
     return _parts(home())[1].add_password_role(role, password, database)
 
 
+# The Spark jars a batch needs beyond PySpark's own, by cache folder: the Kafka connector, and spark-avro.
+def _jar_sets() -> dict[str, list[str]]:
+    return {f"spark-kafka-{PYSPARK_VERSION}": SPARK_KAFKA_CONNECTOR, f"spark-avro-{PYSPARK_VERSION}": SPARK_AVRO}
+
+
 def connector_jars(root: Path | None = None) -> list[Path]:
-    """The spark-sql-kafka connector and its dependencies, minus what PySpark already ships."""
+    """The spark-sql-kafka connector and its dependencies, and spark-avro (eosbatch.formats.Avro), minus what
+    PySpark already ships."""
     root = root or home()
     cache = root / "cache"
     cache.mkdir(parents=True, exist_ok=True)
-    folder = maven.resolve(f"spark-kafka-{PYSPARK_VERSION}", SPARK_KAFKA_CONNECTOR, cache, cache / "maven.log",
-                           transitive=False)
+    folders = [maven.resolve(name, coordinates, cache, cache / "maven.log", transitive=False)
+               for name, coordinates in _jar_sets().items()]
     import pyspark
 
     shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    return [jar for jar in maven.jars(folder) if _artifact(jar.name) not in shipped]
+    return [jar for folder in folders for jar in maven.jars(folder) if _artifact(jar.name) not in shipped]
 
 
 def _artifact(file_name: str) -> str:
@@ -201,5 +207,5 @@ def status(on_cluster: bool | None = None) -> StackInfo:
 
 def resolved_connector_jars(root: Path) -> list[Path]:
     """The connector jars once `up` fetched them (without asking Maven); [] before."""
-    folder = root / "cache" / f"spark-kafka-{PYSPARK_VERSION}"
-    return connector_jars(root) if (folder / maven.DONE).exists() else []
+    done = all((root / "cache" / name / maven.DONE).exists() for name in _jar_sets())
+    return connector_jars(root) if done else []

@@ -24,3 +24,7 @@ SPARK_KAFKA_CONNECTOR = [
     "org.apache.kafka:kafka-clients:3.9.2",
     "org.apache.commons:commons-pool2:2.13.1",
 ]
+# spark-avro's from_avro decodes Avro values and keys (eosbatch.formats.Avro) in the JVM. Like the Kafka connector,
+# a jar of Spark itself: the exact Spark version of the installed PySpark. Its own dependencies (avro, avro-mapred,
+# xz) are among PySpark's jars. A folder of its own in the cache, so that a cache fetched before it stays valid.
+SPARK_AVRO = [f"org.apache.spark:spark-avro_{SCALA_BINARY}:{PYSPARK_VERSION}"]
