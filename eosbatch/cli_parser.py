@@ -185,6 +185,10 @@ def _stack(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                             help="up: also a Spark standalone master, two workers and a Connect server on them; "
                                  "up and env: export that server as EOSBATCH_SPARK_REMOTE "
                                  "(default: EOSBATCH_SPARK_CLUSTER)")
+        action.add_argument("--schema-registry", action=argparse.BooleanOptionalAction, default=None,
+                            help="up: also a Confluent-compatible Schema Registry (Apicurio Registry, in memory); "
+                                 "up and env: export its URL as EOSBATCH_SCHEMA_REGISTRY_URL "
+                                 "(default: EOSBATCH_SCHEMA_REGISTRY)")
 
 
 def _db(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -33,16 +33,17 @@ def context(pipeline: str, log: Log = print) -> Context:
 
 # The development stack is imported by its commands only: `run`, the DAG tasks and the rest never load it.
 
-def stack_up(log: Log = print, spark_cluster: bool | None = None) -> StackInfo:
+def stack_up(log: Log = print, spark_cluster: bool | None = None,
+             schema_registry: bool | None = None) -> StackInfo:
     from eosbatch import stack
 
-    return stack.up(log, spark_cluster)
+    return stack.up(log, spark_cluster, schema_registry)
 
 
-def stack_env(spark_cluster: bool | None = None) -> dict[str, str]:
+def stack_env(spark_cluster: bool | None = None, schema_registry: bool | None = None) -> dict[str, str]:
     from eosbatch import stack
 
-    return stack.status(spark_cluster).env()
+    return stack.status(spark_cluster, schema_registry).env()
 
 
 def stack_down() -> None:
@@ -51,10 +52,10 @@ def stack_down() -> None:
     stack.down()
 
 
-def stack_status(spark_cluster: bool | None = None) -> StackInfo:
+def stack_status(spark_cluster: bool | None = None, schema_registry: bool | None = None) -> StackInfo:
     from eosbatch import stack
 
-    return stack.status(spark_cluster)
+    return stack.status(spark_cluster, schema_registry)
 
 
 def airflow_up(log: Log = print) -> Any:

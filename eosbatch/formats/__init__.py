@@ -13,6 +13,8 @@ from eosbatch.formats.avro_format import Avro
 from eosbatch.formats.base import Decoding, Format, Role
 from eosbatch.formats.json_format import Json
 from eosbatch.formats.plain import Bytes, String
+from eosbatch.formats.registry import SchemaRegistry
 from eosbatch.formats.schemas import MappedSchemas, WriterSchemas
 
-__all__ = ["Avro", "Bytes", "Decoding", "Format", "Json", "MappedSchemas", "Role", "String", "WriterSchemas"]
+__all__ = ["Avro", "Bytes", "Decoding", "Format", "Json", "MappedSchemas", "Role", "SchemaRegistry", "String",
+           "WriterSchemas"]

@@ -9,6 +9,11 @@ SCALA_BINARY = "2.13"
 PYSPARK_VERSION = installed_pyspark()
 LOG4J_VERSION = "2.24.3"
 SLF4J_VERSION = "2.0.17"
+# A Confluent-compatible Schema Registry for `stack up --schema-registry`: Apicurio Registry's own server
+# distribution (the Quarkus fast-jar its release attaches to the app's Maven artifact as `-all.tar.gz`), run on
+# in-memory H2. Its classes are Java 21 (class file 65): it needs a JDK >= 21 (eosbatch.stack.schema_registry).
+APICURIO_REGISTRY_VERSION = "3.3.3"
+APICURIO_REGISTRY_DISTRIBUTION = f"io.apicurio:apicurio-registry-app:{APICURIO_REGISTRY_VERSION}:tar.gz:all"
 
 KAFKA_BROKER = [
     f"org.apache.kafka:kafka_{SCALA_BINARY}:{KAFKA_VERSION}",
