@@ -108,7 +108,7 @@ class Redrive:
         redriven = {k for k, (_, _, by, _) in dead.items() if by is not None}
         assert redriven == ({(p, o) for _, p, o in fixable.values()} if fixed else set())
         schema = NULLABLE if fixed else NOT_NULL
-        assert {dead[k][1] for k in broken} == {f"not a JSON object matching schema ({schema})"}
+        assert {dead[k][1] for k in broken} == {f"value: not a JSON object matching schema ({schema})"}
         assert all(dead[k][3] is not None for k in dead)  # the record's Kafka timestamp is kept with it
         assert {s for _, _, s in self.batches()} == {"published"}
         if verify:

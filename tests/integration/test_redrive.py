@@ -22,13 +22,13 @@ def test_redrive_after_a_schema_fix_runs_each_dead_letter_once(settings, unique)
     scenario.ok("run", scenario.pipeline, fixed=False)
     scenario.assert_exactly_once(fixed=False, verify=False)
     dead = scenario.dead_letters()
-    missing = sorted(i for i, e, _, _ in dead.values() if e == "missing required field 'n'")
+    missing = sorted(i for i, e, _, _ in dead.values() if e == "value: missing required field 'n'")
     assert len(missing) == 6 and len(dead) == 10
 
     # Asked without --yes where nobody can answer: refused, nothing changes.
     refused = scenario.cli("dead-letters", "redrive", scenario.pipeline, "--all", fixed=True)
     assert refused.returncode == 2 and "give --yes" in refused.stderr
-    listed = scenario.redrive("--error-like", "missing required%", "--dry-run")
+    listed = scenario.redrive("--error-like", "value: missing required%", "--dry-run")
     assert [d["id"] for d in listed["chosen"]] == missing and listed["dry_run"]
     capped = scenario.redrive("--all", "--limit", "2", "--dry-run")
     assert [d["id"] for d in capped["chosen"]] == sorted(i for i, _, _, _ in dead.values())[:2]  # oldest first
@@ -41,7 +41,7 @@ def test_redrive_after_a_schema_fix_runs_each_dead_letter_once(settings, unique)
     scenario.assert_exactly_once(fixed=True, verify=False)
 
     # A second redrive of the same records does nothing; only the broken ones are left to choose.
-    again = scenario.redrive("--error-like", "missing required%", "--yes")
+    again = scenario.redrive("--error-like", "value: missing required%", "--yes")
     assert again["chosen"] == [] and again["batches"] == []
     left = scenario.redrive("--all", "--dry-run")
     assert sorted(d["id"] for d in left["chosen"]) == sorted(i for i, _, by, _ in scenario.dead_letters().values()
