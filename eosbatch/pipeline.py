@@ -104,6 +104,29 @@ class KafkaSource:
 
 
 @dataclass(frozen=True)
+class Deletes:
+    """A replace sink's deletes (docs/deletes.md): a tombstone (a record whose value is null) deletes its key
+    from the sink, publishes a tombstone on the output topic, and leaves a deleted marker so an older row
+    cannot bring the key back. The tombstone's sink key comes from the record's parsed `key`.
+
+    Without `sink.order_by` a tombstone is ordered by its source position, as rows are. With it, the
+    tombstone's order value comes from the record header `order_header` (its text, cast to the order_by
+    column's type) or, with `order_from_timestamp`, from the record's timestamp; one of them is required."""
+
+    order_header: str | None = None
+    order_from_timestamp: bool = False
+
+    def __post_init__(self) -> None:
+        if self.order_header is not None and (not isinstance(self.order_header, str) or not self.order_header):
+            raise ConfigError("sink.deletes.order_header", f"must be a header name or None, got {self.order_header!r}")
+        if not isinstance(self.order_from_timestamp, bool):
+            raise ConfigError("sink.deletes.order_from_timestamp",
+                              f"must be True or False, got {self.order_from_timestamp!r}")
+        if self.order_header is not None and self.order_from_timestamp:
+            raise ConfigError("sink.deletes.order_header", "name a header or set order_from_timestamp, not both")
+
+
+@dataclass(frozen=True)
 class PostgresSink:
     """Where results land. `replace`: a later row for a key replaces the stored one; inside one batch the
     row with the highest `order_by` (or source position, when the transform keeps `partition`/`offset`)
@@ -115,6 +138,7 @@ class PostgresSink:
     accumulate: Sequence[str] = ()
     order_by: Sequence[str] = ()
     schema: str = "public"
+    deletes: Deletes | None = None
 
     def __post_init__(self) -> None:
         _identifier("sink.table", self.table)
@@ -133,6 +157,26 @@ class PostgresSink:
             raise ConfigError("sink.accumulate", "only for mode='accumulate'")
         if overlap := set(self.key) & set(self.accumulate):
             raise ConfigError("sink.accumulate", f"key columns cannot be accumulated: {sorted(overlap)}")
+        if self.deletes is not None:
+            self._check_deletes(self.deletes)
+
+    def _check_deletes(self, deletes: object) -> None:
+        if not isinstance(deletes, Deletes):
+            raise ConfigError("sink.deletes", f"must be a Deletes or None, got {type(deletes).__name__}")
+        if self.mode != "replace":
+            raise ConfigError("sink.deletes", f"only a replace sink deletes; this one is {self.mode!r}")
+        ordered = deletes.order_header is not None or deletes.order_from_timestamp
+        if self.order_by and not ordered:
+            raise ConfigError("sink.deletes.order_header", f"sink.order_by {list(self.order_by)} orders rows, "
+                              "so a tombstone needs an order value: name the header that carries it "
+                              "(order_header) or set order_from_timestamp=True")
+        if self.order_by and len(self.order_by) > 1:
+            raise ConfigError("sink.deletes", f"a tombstone carries one order value; sink.order_by has "
+                              f"{len(self.order_by)} columns")
+        if not self.order_by and ordered:
+            raise ConfigError("sink.deletes.order_header" if deletes.order_header is not None else
+                              "sink.deletes.order_from_timestamp", "without sink.order_by a tombstone is ordered "
+                              "by its source position; there is no order value to set")
 
 
 @dataclass(frozen=True)
@@ -263,6 +307,11 @@ class Pipeline:
             raise ConfigError("transform", "must be a function DataFrame -> DataFrame")
         if self.output is not None and self.output.topic in self.source.topics:
             raise ConfigError("output.topic", "must differ from the source topics (a pipeline cannot read itself)")
+        if self.output is not None and self.sink.deletes is not None:
+            keys = [self.output.key] if isinstance(self.output.key, str) else list(self.output.key)
+            if outside := [k for k in keys if k not in self.sink.key]:
+                raise ConfigError("output.key", f"with sink.deletes the output key must be sink.key column(s): a "
+                                  f"tombstone carries only the key, and {outside} is not one")
 
     @property
     def transactional_id(self) -> str:

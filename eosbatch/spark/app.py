@@ -11,7 +11,7 @@ from eosbatch.context import Context
 from eosbatch.exceptions import TerminalError, TransientError
 from eosbatch.ledger import lanes, sinks, store
 from eosbatch.ledger.staging import DEAD_LETTERS_STAGE
-from eosbatch.spark import reader, schema
+from eosbatch.spark import reader, schema, tombstones
 from eosbatch.spark.session import on_own_session
 from eosbatch.spark.staging import DEAD_LETTER_COLUMNS, RESULT_SCHEMA, StageTarget, WriterResult, stage_partition
 
@@ -40,18 +40,27 @@ def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -
         raise TerminalError(f"batch {batch_id} is {batch.state}; only a planned batch can be processed")
     started = time.monotonic()
     nonce = uuid.uuid4().hex[:12]  # this run's writers; a retried driver gets new tags
-    parsed = reader.parse(reader.read_ranges(spark, settings, list(batch.ranges), pipeline.name), pipeline.source)
+    headers = tombstones.reads_headers(pipeline)
+    parsed = reader.parse(reader.read_ranges(spark, settings, list(batch.ranges), pipeline.name, headers),
+                          pipeline.source, headers)
+    parsed = tombstones.classified(parsed, pipeline, pipeline.transform)
     good, observation = _counted(parsed, nonce)
-    result = pipeline.transform(good)
+    result = pipeline.transform(tombstones.records(good, pipeline))
+    result_schema = result.schema
+    result = tombstones.with_tombstones(result, result_schema, good, pipeline)
     if settings.staging_writers:
         # Each staging task holds a PostgreSQL connection: at most this many, whatever the partition count
         # (a coalesce, so without a shuffle; it narrows the stages before it as well).
         result = result.coalesce(settings.staging_writers)
-    columns = schema.columns(result.schema)
+    columns = schema.columns(result_schema)
     names = [c.name for c in columns]
+    deleting = pipeline.sink.deletes is not None
     with store.transaction(settings) as cur:
         sinks.ensure_tables(cur, pipeline, columns)
-        sink_target = StageTarget("sink", sinks.stage_copy_target(pipeline, names).as_string(cur.connection))
+        if deleting:
+            sinks.ensure_deletes(cur, pipeline, columns)
+        staged_names = [*names, sinks.DELETED_COLUMN] if deleting else names
+        sink_target = StageTarget("sink", sinks.stage_copy_target(pipeline, staged_names).as_string(cur.connection))
     staged = (result.mapInArrow(stage_partition(settings.psycopg_dsn, sink_target, nonce, batch_id, fault),
                                 RESULT_SCHEMA)
               .collect())
@@ -62,7 +71,9 @@ def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -
         raise TransientError(f"batch {batch_id}: {tally.malformed} malformed records were counted, "
                              f"{sum(dead.values())} staged as dead letters on a second read of their ranges; "
                              "nothing was marked staged")
-    writers = {"sink": _counts(sink_writers), "dead_letters": dead, "columns": names}
+    writers: dict[str, object] = {"sink": _counts(sink_writers), "dead_letters": dead, "columns": names}
+    if deleting:
+        writers["deletes"] = True  # staged with the tombstone flag (sinks.stages_tombstones)
     counts = {"records_read": tally.records, "sink_rows_staged": sum(r.rows for r in sink_writers),
               "dead_letters": tally.malformed}
     faults.point("process.before_staged")

@@ -48,11 +48,13 @@ def group_id_prefix(pipeline: str) -> str:
 FETCH_MAX_WAIT_MS = "5"
 
 
-def read_ranges(spark: SparkSession, settings: Settings, ranges: list[OffsetRange], pipeline: str) -> DataFrame:
+def read_ranges(spark: SparkSession, settings: Settings, ranges: list[OffsetRange], pipeline: str,
+                headers: bool = False) -> DataFrame:
     """The ranges' records, read_committed, with the security settings every other client uses (the JAAS
-    line is redacted from plans: spark_kafka_options.REDACTION_REGEX)."""
+    line is redacted from plans: spark_kafka_options.REDACTION_REGEX); with `headers`, theirs too."""
     assign, starts, ends = offsets_json(ranges)
     return (spark.read.format("kafka")
+            .option("includeHeaders", "true" if headers else "false")
             .options(**reader_options(settings.kafka_config))
             .option("groupIdPrefix", group_id_prefix(pipeline))
             .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
@@ -79,12 +81,13 @@ def struct(ddl: str) -> StructType:
     return parsed
 
 
-def parse(df: DataFrame, source: KafkaSource) -> DataFrame:
-    """Add the value's JSON fields as columns and an error column: set (never null) for a malformed record."""
+def parse(df: DataFrame, source: KafkaSource, headers: bool = False) -> DataFrame:
+    """Add the value's JSON fields as columns and an error column: set (never null) for a malformed record.
+    A tombstone (a null value) is left to eosbatch.spark.tombstones. `headers`: read with them, keep them."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
-    kafka = struct(KAFKA_COLUMNS).fieldNames()
+    kafka = struct(KAFKA_COLUMNS).fieldNames() + (["headers"] if headers else [])
     if source.value_schema is None:
         return df.select(*kafka, F.lit(None).cast("string").alias(ERROR_COLUMN))
     declared = struct(source.value_schema)
@@ -94,7 +97,7 @@ def parse(df: DataFrame, source: KafkaSource) -> DataFrame:
     text = F.col("value").cast("string")
     parsed = F.from_json(text, relaxed, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
     out = df.withColumn("_eosbatch_parsed", parsed)
-    checks = [(F.col("value").isNull(), F.lit("value is null")),
+    checks = [(F.col("value").isNull(), F.lit(None).cast("string")),
               (F.col(f"_eosbatch_parsed.{_CORRUPT}").isNotNull(),
                F.lit(f"not a JSON object matching schema ({source.value_schema})"))]
     checks += [(F.col(f"_eosbatch_parsed.`{f.name}`").isNull(), F.lit(f"missing required field {f.name!r}"))

@@ -4,8 +4,9 @@ It reads every committed batch's ranges again (read_committed), parses and trans
 step would, and writes the result rows and the malformed records' positions to a JSON file; the verifier
 compares them with the sink and the dead letters. Batches whose ranges were compacted (cleanup.compact) are
 read together, as the part of the merged committed coverage that no other batch holds: their boundaries are
-gone, which changes nothing for an accumulate sink or a row-by-row transform. It shares the reader and the
-transform with the process step, and nothing with the commit and publish path it checks. It collects on the
+gone, which changes nothing for an accumulate sink or a row-by-row transform. A sink with deletes gets its
+tombstones as rows flagged DELETED_COLUMN, as the process step stages them (spark.tombstones). It shares the
+reader and the transform with the process step, and nothing with the commit and publish path it checks. It collects on the
 driver: a check for test and audit volumes, not for a whole history of billions of rows.
 """
 
@@ -21,7 +22,7 @@ from eosbatch.ledger import claims, store
 from eosbatch.ledger.audit import committed_batches
 from eosbatch.protocol.ranges import subtract
 from eosbatch.protocol.states import claims_coverage
-from eosbatch.spark import reader
+from eosbatch.spark import reader, tombstones
 from eosbatch.spark.session import on_own_session
 
 
@@ -58,12 +59,19 @@ def recompute_on(spark: Any, ctx: Context) -> dict[str, Any]:
     malformed: list[list[Any]] = []
     columns: list[str] = []
     records = 0
+    headers = tombstones.reads_headers(pipeline)
     for ranges in runs:
-        parsed = reader.parse(reader.read_ranges(spark, settings, ranges, pipeline.name), pipeline.source)
+        parsed = reader.parse(reader.read_ranges(spark, settings, ranges, pipeline.name, headers), pipeline.source,
+                              headers)
+        parsed = tombstones.classified(parsed, pipeline, pipeline.transform)
         records += parsed.count()
         malformed += [[r[0], r[1], r[2]] for r in parsed.where(F.col(reader.ERROR_COLUMN).isNotNull())
                       .select("topic", "partition", "offset").collect()]
-        result = pipeline.transform(parsed.where(F.col(reader.ERROR_COLUMN).isNull()).drop(reader.ERROR_COLUMN))
-        columns = list(result.columns)
+        good = parsed.where(F.col(reader.ERROR_COLUMN).isNull()).drop(reader.ERROR_COLUMN)
+        result = pipeline.transform(tombstones.records(good, pipeline))
+        result_schema = result.schema
+        columns = list(result_schema.names)
+        # A sink with deletes: its tombstones too, as rows flagged DELETED_COLUMN (verify weighs them).
+        result = tombstones.with_tombstones(result, result_schema, good, pipeline)
         rows += [{c: _plain(v) for c, v in row.asDict().items()} for row in result.collect()]
     return {"columns": columns, "rows": rows, "malformed": malformed, "records": records}

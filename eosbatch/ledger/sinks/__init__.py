@@ -14,16 +14,26 @@ from eosbatch.ledger.sinks.catalog import (
     result_columns,
     table_types,
 )
-from eosbatch.ledger.sinks.commit import Moved, copy_dead_letters, insert_pays, missing_staged, move_to_sink
+from eosbatch.ledger.sinks.commit import (
+    Moved,
+    copy_dead_letters,
+    insert_pays,
+    missing_staged,
+    move_to_sink,
+    stages_tombstones,
+)
+from eosbatch.ledger.sinks.markers import ensure as ensure_deletes
 from eosbatch.ledger.sinks.names import (
     AMBIGUOUS_COLUMN,
     AMBIGUOUS_KEY,
     BATCH_COLUMN,
+    DELETED_COLUMN,
     RECORD_TOO_BIG,
     SEQ_COLUMN,
     TRANSIENT_TABLE,
     WRITER_COLUMN,
     Column,
+    deleted_table,
     outbox_table,
     position_columns,
     sink_table,
@@ -35,9 +45,11 @@ from eosbatch.ledger.sinks.statements import TEXT_WIDTH, batch_rows, json_size_b
 from eosbatch.ledger.sinks.tables import ensure_outbox, ensure_tables, validate_columns
 
 __all__ = [
-    "AMBIGUOUS_COLUMN", "AMBIGUOUS_KEY", "BATCH_COLUMN", "BYTE_ORDER_LOCALES", "RECORD_TOO_BIG", "SEQ_COLUMN",
+    "AMBIGUOUS_COLUMN", "AMBIGUOUS_KEY", "BATCH_COLUMN", "BYTE_ORDER_LOCALES", "DELETED_COLUMN", "RECORD_TOO_BIG",
+    "SEQ_COLUMN",
     "TEXT_WIDTH", "TRANSIENT_TABLE", "WRITER_COLUMN", "Column", "KeyColumn", "KeyColumns", "Moved", "SinkShape",
-    "batch_rows", "copy_dead_letters", "early_outbox_query", "ensure_outbox", "ensure_tables", "insert_pays",
+    "batch_rows", "copy_dead_letters", "deleted_table", "early_outbox_query", "ensure_deletes",
+    "ensure_outbox", "ensure_tables", "insert_pays", "stages_tombstones",
     "json_outbox_query", "json_size_bound", "key_columns", "legacy_outbox", "missing_staged", "move_to_sink",
     "outbox_query", "outbox_table", "position_columns", "result_columns", "sink_table", "stage_copy_target",
     "stage_table", "table_types", "validate_columns",

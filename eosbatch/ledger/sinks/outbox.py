@@ -8,10 +8,19 @@ import re
 
 from psycopg2 import sql
 
-from eosbatch.ledger.sinks import catalog, statements
+from eosbatch.ledger.sinks import catalog, deletes, latest, statements
 from eosbatch.ledger.sinks.catalog import SinkShape
 from eosbatch.ledger.sinks.modes import mode_of
-from eosbatch.ledger.sinks.names import BATCH_COLUMN, SEQ_COLUMN, listed, outbox_table, position_columns
+from eosbatch.ledger.sinks.names import (
+    BATCH_COLUMN,
+    DELETED_COLUMN,
+    SEQ_COLUMN,
+    deleted_table,
+    listed,
+    outbox_table,
+    position_columns,
+    sink_table,
+)
 from eosbatch.ledger.store import Batch, Cursor
 from eosbatch.pipeline import Pipeline
 
@@ -19,12 +28,23 @@ from eosbatch.pipeline import Pipeline
 def outbox_query(pipeline: Pipeline, columns: list[str]) -> sql.Composed:
     """Read a batch's typed outbox as publish needs it: seq, key, the record as JSON text, its source.
     row_to_json over the batch's columns, in the commit's order, renders exactly what the commit's own
-    row_to_json did when the outbox held JSON (migration 0008). One parameter: the batch's id."""
+    row_to_json did when the outbox held JSON (migration 0008). A record flagged DELETED_COLUMN (a sink with
+    deletes) is a tombstone: its value is NULL. One parameter: the batch's id."""
     assert pipeline.output is not None
-    return sql.SQL("SELECT q.{seq}::text, q.{okey}::text, row_to_json(r.*)::text, {src} FROM {t} q "
+    plain = [c for c in columns if c != DELETED_COLUMN]
+    return sql.SQL("SELECT q.{seq}::text, q.{okey}::text, {value}, {src} FROM {t} q "
                    "CROSS JOIN LATERAL (SELECT {cols}) r WHERE q.{batch} = %s").format(
-        seq=sql.Identifier(SEQ_COLUMN), okey=sql.Identifier(pipeline.output.key), src=_source("q", columns),
-        t=outbox_table(pipeline), cols=listed(columns, "q"), batch=sql.Identifier(BATCH_COLUMN))
+        seq=sql.Identifier(SEQ_COLUMN), okey=sql.Identifier(pipeline.output.key), src=_source("q", plain),
+        value=_value("q", DELETED_COLUMN in columns), t=outbox_table(pipeline), cols=listed(plain, "q"),
+        batch=sql.Identifier(BATCH_COLUMN))
+
+
+def _value(alias: str, flagged: bool) -> sql.Composable:
+    """The record's value: row `r` as JSON, or NULL (a tombstone) where `alias`'s DELETED_COLUMN says so."""
+    if not flagged:
+        return sql.SQL("row_to_json(r.*)::text")
+    return sql.SQL("CASE WHEN {}.{} THEN NULL ELSE row_to_json(r.*)::text END").format(
+        sql.Identifier(alias), sql.Identifier(DELETED_COLUMN))
 
 
 def json_outbox_query() -> sql.SQL:
@@ -53,10 +73,12 @@ def early_outbox_query(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Com
     if pipeline.output is None or not mode_of(pipeline).may_publish_early:
         return None
     shape = catalog.read(cur, pipeline)
-    return early_query(pipeline, shape, shape.batch_columns(batch))
+    deleting = pipeline.sink.deletes is not None and bool((batch.writers or {}).get("deletes"))
+    return early_query(pipeline, shape, shape.batch_columns(batch), deleting)
 
 
-def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str]) -> sql.Composed | None:
+def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str], deleting: bool = False
+                ) -> sql.Composed | None:
     """The records the commit of a batch that staged `columns` will write to its outbox, read from staging
     before it commits, rendered as `outbox_query` renders the outbox (seq, key, record, source); None where
     they might differ, so that only the outbox can say. Parameters: batch, writers.
@@ -70,7 +92,12 @@ def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str]) -> sql
     updates a row is the stored one, so the key must be one whose equal values are the same bytes: the same
     type in staging and the sink, among EXACT_KEY_TYPES, under deterministic collations (a citext or numeric
     key, or a case-insensitive collation, would publish the batch's spelling of a key the sink spells
-    otherwise). Only seq differs: it numbers the records in this query's order, a permutation."""
+    otherwise). Only seq differs: it numbers the records in this query's order, a permutation.
+
+    `deleting` (a batch staged with tombstones): a tombstone is rendered as the commit's outbox renders a
+    deleted row, the key and a NULL value, with the tombstone's own source position; a tombstone for a key
+    the sink does not hold, and a row older than its key's deleted marker, are left out, as the commit will
+    likely leave them (the sink may change until it commits: the count check settles it)."""
     if pipeline.output is None or not mode_of(pipeline).may_publish_early:
         return None
     keys = shape.keys
@@ -80,14 +107,29 @@ def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str]) -> sql
     if shape.nondeterministic_key or not shape.sink_exists or shape.rewrites_rows:
         return None
     sink_types = shape.sink_types  # with typmods: the casts convert as storing does
-    rows, out = statements.batch_rows(pipeline, columns, bytewise=keys.bytewise)
+    rows, out = statements.batch_rows(pipeline, deletes.staged(columns) if deleting else columns,
+                                      bytewise=keys.bytewise)
+    out = [c for c in out if c != DELETED_COLUMN]
     if not columns or any(c not in sink_types for c in out):
         return None
     casts = sql.SQL(", ").join(sql.SQL("CAST(c.{n} AS {t}) AS {n}").format(n=sql.Identifier(c),
                                                                            t=sql.SQL(sink_types[c])) for c in out)
-    return sql.SQL("SELECT (row_number() OVER ())::text, r.{okey}::text, row_to_json(r.*)::text, {src} "
-                   "FROM ({rows}) c CROSS JOIN LATERAL (SELECT {casts}) r").format(
-        okey=sql.Identifier(pipeline.output.key), src=_source("r", out), rows=rows, casts=casts)
+    return sql.SQL("SELECT (row_number() OVER ())::text, r.{okey}::text, {value}, {src} "
+                   "FROM ({rows}) c CROSS JOIN LATERAL (SELECT {casts}) r{where}").format(
+        okey=sql.Identifier(pipeline.output.key), src=_source("r", out), rows=rows, casts=casts,
+        value=_value("c", deleting), where=_early_deletes(pipeline, columns) if deleting else sql.SQL(""))
+
+
+def _early_deletes(pipeline: Pipeline, columns: list[str]) -> sql.Composed:
+    """early_query's filter of a batch with tombstones (batch rows `c`): what its commit will likely publish."""
+    def same(alias: str) -> sql.Composed:
+        return sql.SQL(" AND ").join(sql.SQL("{a}.{k} = c.{k}").format(a=sql.SQL(alias), k=sql.Identifier(k))
+                                     for k in pipeline.sink.key)
+
+    return sql.SQL(" WHERE CASE WHEN c.{flag} THEN EXISTS (SELECT FROM {sink} s WHERE {s}) ELSE NOT EXISTS "
+                   "(SELECT FROM {marker} d WHERE {d} AND NOT {wins}) END").format(
+        flag=sql.Identifier(DELETED_COLUMN), sink=sink_table(pipeline), s=same("s"), marker=deleted_table(pipeline),
+        d=same("d"), wins=latest.new_row_wins(pipeline, columns, "regular", stored="d", new="c"))
 
 
 def legacy_outbox(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Composed | None:
