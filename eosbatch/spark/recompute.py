@@ -6,8 +6,8 @@ compares them with the sink and the dead letters. Batches whose ranges were comp
 read together, as the part of the merged committed coverage that no other batch holds: their boundaries are
 gone, which changes nothing for an accumulate sink or a row-by-row transform. A sink with deletes gets its
 tombstones as rows flagged DELETED_COLUMN, as the process step stages them (spark.tombstones). It shares the
-reader and the transform with the process step, and nothing with the commit and publish path it checks. It collects on the
-driver: a check for test and audit volumes, not for a whole history of billions of rows.
+reader and the transform with the process step, and nothing with the commit and publish path it checks. It
+collects on the driver: a check for test and audit volumes, not for a whole history of billions of rows.
 """
 
 from __future__ import annotations
