@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any, NamedTuple
 
@@ -186,14 +186,24 @@ def _same(value: Any) -> Any:
         return Decimal(value).normalize()
     if isinstance(value, float):
         return Decimal(repr(value)).normalize()
-    if isinstance(value, (datetime, date)):
+    if isinstance(value, datetime):
+        return _instant(value)
+    if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, str) and value[:4].isdigit() and value[4:5] == "-":
         try:  # a timestamp spelled by row_to_json or by Python: compare the instants, not the spelling
-            return datetime.fromisoformat(value).isoformat()
+            return _instant(datetime.fromisoformat(value))
         except ValueError:
             return value
     return str(value)
+
+
+def _instant(value: datetime) -> str:
+    """A timestamp as naive UTC: PostgreSQL's timestamptz comes zoned; the recompute's (spark.recompute._plain)
+    come zoned in UTC."""
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value.isoformat()
 
 
 def _sink_vs_output(settings: Settings, pipeline: Any, records: list[Record]) -> Finding:

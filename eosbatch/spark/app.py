@@ -74,6 +74,7 @@ def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -
     writers: dict[str, object] = {"sink": _counts(sink_writers), "dead_letters": dead, "columns": names}
     if deleting:
         writers["deletes"] = True  # staged with the tombstone flag (sinks.stages_tombstones)
+        writers["tombstones"] = tally.tombstones  # steps.early
     counts = {"records_read": tally.records, "sink_rows_staged": sum(r.rows for r in sink_writers),
               "dead_letters": tally.malformed}
     faults.point("process.before_staged")
@@ -97,13 +98,17 @@ _TASK_ROW_BITS = 33
 class _Tally(NamedTuple):
     records: int    # records read (the batch's records_read)
     malformed: int  # of those, the ones that did not parse
+    tombstones: int = 0  # of the others, tombstones (a sink with deletes stages them)
 
 
 def _record_counts() -> list[Any]:
-    """The aggregates of records read ("records") and malformed ones ("malformed") over parsed records."""
+    """The aggregates of records read ("records"), malformed ones ("malformed") and well-formed tombstones
+    ("tombstones") over parsed records."""
     from pyspark.sql import functions as F
 
-    return [F.count(F.lit(1)).alias("records"), F.count_if(F.col(reader.ERROR_COLUMN).isNotNull()).alias("malformed")]
+    error = F.col(reader.ERROR_COLUMN)
+    return [F.count(F.lit(1)).alias("records"), F.count_if(error.isNotNull()).alias("malformed"),
+            F.count_if(error.isNull() & F.col("value").isNull()).alias("tombstones")]
 
 
 def _counted(parsed: Any, nonce: str) -> tuple[Any, Any]:
@@ -132,11 +137,11 @@ def _tally(observed: Any, parsed: Any, batch_id: int, log: Any) -> _Tally:
     """The records read and the malformed ones: the observation's counts if every task's counts were merged
     once, else a count of their own (an action, whose result Spark merges once per partition)."""
     if int(observed["tasks"]) == int(observed["partitions"]):
-        return _Tally(int(observed["records"]), int(observed["malformed"]))
+        return _Tally(int(observed["records"]), int(observed["malformed"]), int(observed["tombstones"]))
     log(f"batch {batch_id}: {observed['tasks']} tasks read records in {observed['partitions']} partitions "
         "(a task ran again after its executor was lost); counting the records once more")
     [exact] = parsed.agg(*_record_counts()).collect()
-    return _Tally(int(exact["records"]), int(exact["malformed"]))
+    return _Tally(int(exact["records"]), int(exact["malformed"]), int(exact["tombstones"]))
 
 
 def _stage_dead_letters(parsed: Any, dsn: str, nonce: str, batch_id: int) -> list[WriterResult]:

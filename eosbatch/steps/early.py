@@ -28,7 +28,8 @@ def commit_and_publish(ctx: Context, batch_id: int) -> store.Batch:
 
     The order that matters stays: the Kafka transaction commits only after PostgreSQL's COMMIT, and only if
     it holds what the outbox holds. Its records are read from staging as the commit will write them
-    (sinks.early_outbox_query, None where that is not exact: then commit and publish as usual). The outbox
+    (sinks.early_outbox_query, None where that is not exact, or where the batch carries tombstones: then
+    commit and publish as usual). The outbox
     holds a subset of them (the rows the sink stored, each as it came), so equal counts make them the same
     records; with another count (a row the sink refused as older, one too big to publish), another commit
     sequence number (the other lane committed meanwhile), a failed produce or a failed Kafka commit, the
@@ -46,6 +47,10 @@ def commit_and_publish(ctx: Context, batch_id: int) -> store.Batch:
             lanes.check_lane_epoch(cur, batch, batch.epoch)  # a resumed zombie stops before fencing anyone
             query = sinks.early_outbox_query(cur, pipeline, batch)
             sequence = commits.upcoming_commit_seq(cur, pipeline.name)
+    if query is not None and (tombstones := int((batch.writers or {}).get("tombstones") or 0)):
+        log(f"batch {batch_id}: not published early: its {tombstones} tombstone(s) delete only the rows the "
+            "sink holds when it commits, which no read before the commit can tell")
+        query = None
     if query is None or pipeline.output is None:
         commit(ctx, batch_id)
         return publish(ctx, batch_id)

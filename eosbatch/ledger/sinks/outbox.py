@@ -19,7 +19,6 @@ from eosbatch.ledger.sinks.names import (
     listed,
     outbox_table,
     position_columns,
-    sink_table,
 )
 from eosbatch.ledger.store import Batch, Cursor
 from eosbatch.pipeline import Pipeline
@@ -94,10 +93,10 @@ def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str], deleti
     key, or a case-insensitive collation, would publish the batch's spelling of a key the sink spells
     otherwise). Only seq differs: it numbers the records in this query's order, a permutation.
 
-    `deleting` (a batch staged with tombstones): a tombstone is rendered as the commit's outbox renders a
-    deleted row, the key and a NULL value, with the tombstone's own source position; a tombstone for a key
-    the sink does not hold, and a row older than its key's deleted marker, are left out, as the commit will
-    likely leave them (the sink may change until it commits: the count check settles it)."""
+    `deleting` (a batch staged with the tombstone flag): a row older than its key's deleted marker is left out,
+    as the commit leaves it; a tombstone is rendered as the outbox renders a deleted row (the key, a NULL
+    value, the tombstone's source position), though steps.early publishes no batch with tombstones early:
+    whether one deletes a row depends on the sink, which its commit changes while this query reads."""
     if pipeline.output is None or not mode_of(pipeline).may_publish_early:
         return None
     keys = shape.keys
@@ -121,15 +120,13 @@ def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str], deleti
 
 
 def _early_deletes(pipeline: Pipeline, columns: list[str]) -> sql.Composed:
-    """early_query's filter of a batch with tombstones (batch rows `c`): what its commit will likely publish."""
-    def same(alias: str) -> sql.Composed:
-        return sql.SQL(" AND ").join(sql.SQL("{a}.{k} = c.{k}").format(a=sql.SQL(alias), k=sql.Identifier(k))
-                                     for k in pipeline.sink.key)
-
-    return sql.SQL(" WHERE CASE WHEN c.{flag} THEN EXISTS (SELECT FROM {sink} s WHERE {s}) ELSE NOT EXISTS "
-                   "(SELECT FROM {marker} d WHERE {d} AND NOT {wins}) END").format(
-        flag=sql.Identifier(DELETED_COLUMN), sink=sink_table(pipeline), s=same("s"), marker=deleted_table(pipeline),
-        d=same("d"), wins=latest.new_row_wins(pipeline, columns, "regular", stored="d", new="c"))
+    """early_query's filter of a batch staged with the tombstone flag (batch rows `c`): the rows its commit
+    writes, leaving out those older than their key's deleted marker (only tombstones change markers, and a
+    batch with tombstones does not publish early: steps.early)."""
+    same = sql.SQL(" AND ").join(sql.SQL("d.{k} = c.{k}").format(k=sql.Identifier(k)) for k in pipeline.sink.key)
+    return sql.SQL(" WHERE c.{flag} OR NOT EXISTS (SELECT FROM {marker} d WHERE {same} AND NOT {wins})").format(
+        flag=sql.Identifier(DELETED_COLUMN), marker=deleted_table(pipeline), same=same,
+        wins=latest.new_row_wins(pipeline, columns, "regular", stored="d", new="c"))
 
 
 def legacy_outbox(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Composed | None:
