@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
@@ -202,7 +202,7 @@ def _instant(value: datetime) -> str:
     """A timestamp as naive UTC: PostgreSQL's timestamptz comes zoned; the recompute's (spark.recompute._plain)
     come zoned in UTC."""
     if value.tzinfo is not None:
-        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        value = value.astimezone(UTC).replace(tzinfo=None)
     return value.isoformat()
 
 

@@ -52,8 +52,8 @@ class Scenario:
                           customers=40, **({"tombstone_every": 9} if self.kind == "deletes" else {}))
 
     def env(self, fault: str | None = None) -> dict[str, str]:
-        env = {**os.environ, config.DATABASE_URL: self.settings.database_url,
-               "EOSBATCH_PIPELINES": "tests.pipelines.crash_deletes" if self.kind == "deletes" else "tests.pipelines.crash",
+        module = "tests.pipelines.crash_deletes" if self.kind == "deletes" else "tests.pipelines.crash"
+        env = {**os.environ, config.DATABASE_URL: self.settings.database_url, "EOSBATCH_PIPELINES": module,
                "EOSBATCH_TEST_SUFFIX": self.suffix,
                "EOSBATCH_TEST_BATCH": str(self.batch), "EOSBATCH_TEST_START": self.start,
                "PYTHONPATH": str(ROOT), "EOSBATCH_SPARK_MASTER": "local[2,3]"}  # 3 tries per Spark task

@@ -12,7 +12,7 @@ collects on the driver: a check for test and audit volumes, not for a whole hist
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -30,7 +30,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Decimal):
         return float(value)
     if isinstance(value, datetime) and value.tzinfo is None:  # Spark's TimestampType: the driver's local time
-        return value.astimezone(timezone.utc).isoformat()
+        return value.astimezone(UTC).isoformat()
     if isinstance(value, (datetime, date)):
         return value.isoformat()
     if isinstance(value, (bytes, bytearray)):

@@ -47,7 +47,8 @@ def commit_and_publish(ctx: Context, batch_id: int) -> store.Batch:
             lanes.check_lane_epoch(cur, batch, batch.epoch)  # a resumed zombie stops before fencing anyone
             query = sinks.early_outbox_query(cur, pipeline, batch)
             sequence = commits.upcoming_commit_seq(cur, pipeline.name)
-    if query is not None and (tombstones := int((batch.writers or {}).get("tombstones") or 0)):
+    staged: dict[str, Any] = dict(batch.writers or {}) if query is not None else {}
+    if tombstones := int(staged.get("tombstones") or 0):
         log(f"batch {batch_id}: not published early: its {tombstones} tombstone(s) delete only the rows the "
             "sink holds when it commits, which no read before the commit can tell")
         query = None

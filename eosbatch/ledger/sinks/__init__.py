@@ -1,8 +1,9 @@
 """Sink and staging tables, and the statements that move a batch's staged rows into the sink and publish them.
 
 names: the tables' and eosbatch's own columns' names. catalog: what the database says about them, read once
-into a SinkShape. modes: what replace and accumulate change. latest, statements, dead_letters, outbox: the
-SQL, built without I/O. tables: the DDL. commit: the executor of the commit's statements.
+into a SinkShape. modes: what replace and accumulate change. latest, statements, dead_letters, outbox, deletes:
+the SQL, built without I/O. tables, markers (a sink with deletes): the DDL. commit: the executor of the commit's
+statements.
 """
 
 from eosbatch.ledger.sinks.catalog import (
