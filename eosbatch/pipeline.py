@@ -130,7 +130,9 @@ class Deletes:
 class PostgresSink:
     """Where results land. `replace`: a later row for a key replaces the stored one; inside one batch the
     row with the highest `order_by` (or source position, when the transform keeps `partition`/`offset`)
-    wins. `accumulate`: the `accumulate` columns add to the stored values (running totals)."""
+    wins. `accumulate`: the `accumulate` columns add to the stored values (running totals). `deletes` (a
+    Deletes, replace sinks only): a tombstone deletes its key and publishes a tombstone (docs/deletes.md);
+    without it a tombstone is a dead letter."""
 
     table: str
     key: Sequence[str]
