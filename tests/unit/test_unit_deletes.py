@@ -11,7 +11,18 @@ import pytest
 from eosbatch import Deletes, KafkaOutput, KafkaSource, Pipeline, PostgresSink
 from eosbatch.exceptions import ConfigError
 from eosbatch.ledger.exceptions import SinkError
-from eosbatch.ledger.sinks import Column, KeyColumn, KeyColumns, SinkShape, deletes, latest, markers, outbox, statements
+from eosbatch.ledger.sinks import (
+    Column,
+    KeyColumn,
+    KeyColumns,
+    SinkShape,
+    dead_letters,
+    deletes,
+    latest,
+    markers,
+    outbox,
+    statements,
+)
 from eosbatch.spark import recompute
 from eosbatch.verify import _last_per_source, _same
 from tests.unit.test_unit_sink_sql import render
@@ -153,3 +164,17 @@ def test_verify_keeps_each_partitions_last_row_or_tombstone_and_compares_instant
     zoned = datetime(2026, 1, 2, 5, 4, 5, tzinfo=timezone(timedelta(hours=2)))
     spark_collected = zoned.astimezone().replace(tzinfo=None)  # naive, the driver's local time
     assert _same(zoned) == _same("2026-01-02T03:04:05+00:00") == _same(recompute._plain(spark_collected))
+
+
+def test_a_record_over_the_limit_goes_to_the_dead_letters_beside_the_deletes() -> None:
+    p = deleting()
+    fits = statements.record_fits([Column("k", "text")], "k")
+    rows, _ = statements.batch_rows(p, deletes.staged(COLUMNS), flagged=True)
+    assert p.output is not None
+    text = render(deletes.move_with_too_big(
+        p, COLUMNS, COLUMNS, "regular", rows, fits, dead_letters.too_big(p, p.output, COLUMNS,
+                                                                         statements.record_size("k"), fits),
+        statements.upsert(p, COLUMNS, COLUMNS, "regular"), deletes.outbox_insert(p, COLUMNS)))
+    assert ' fitting AS (SELECT r.* FROM all_rows r WHERE r."_eosbatch_deleted" OR CASE WHEN ' in text
+    assert " too_big AS (INSERT INTO eosbatch.dead_letters " in text and " removed AS (DELETE FROM " in text
+    assert text.endswith('(SELECT count(*) FROM too_big), (SELECT count(*) FROM all_rows WHERE "_eosbatch_ambiguous")')

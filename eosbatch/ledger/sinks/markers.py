@@ -26,8 +26,7 @@ def check_columns(pipeline: Pipeline, columns: list[Column]) -> None:
 
 def ensure(cur: Cursor, pipeline: Pipeline, columns: list[Column]) -> None:
     """The staging table's tombstone flag and the deleted markers' table, typed as the transform's columns.
-    Run with the staging table's DDL (sinks.ensure_tables), before the batch is staged."""
-    check_columns(pipeline, columns)
+    Run after the staging table's DDL (sinks.ensure_tables, which checked the columns), before staging."""
     # Asked first: an ALTER TABLE takes its lock even when there is nothing to add.
     if DELETED_COLUMN not in catalog.existing_columns(cur, stage_table(pipeline)):
         cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} boolean").format(
