@@ -142,7 +142,7 @@ def backfill(ctx: Context, ranges: Iterable[str] | None = None, time_from: str |
     settings, pipeline = ctx.settings, ctx.pipeline
     if mode not in MODES:
         raise ConfigError("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
-    if mode == "reprocess" and pipeline.sink.mode != "replace":
+    if mode == "reprocess" and pipeline.sink.mode == "accumulate":  # replace and append are idempotent
         raise ConfigError("mode", f"reprocess is refused for {pipeline.name}: its sink accumulates, so running "
                                   "committed ranges again would count them twice (use fill)")
     publish = (mode == "fill") if publish is None else publish

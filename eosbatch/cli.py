@@ -10,7 +10,7 @@ import os
 import shlex
 import sys
 
-from eosbatch import cli_parser, cli_status, commands, confirm
+from eosbatch import cli_dead_letters, cli_parser, cli_status, commands, confirm
 from eosbatch.cli_parser import EXIT_FENCED, EXIT_TERMINAL, EXIT_TRANSIENT, EXIT_USAGE, EXIT_VIOLATION
 from eosbatch.exceptions import ConfigError, EosbatchError, Fenced, TerminalError
 
@@ -98,6 +98,8 @@ def _command(args: argparse.Namespace) -> int:
         _print_json(report) if as_json else cli_status.print_one(report)
     elif args.command == "backfill":
         _backfill(args)
+    elif args.command == "dead-letters":
+        return cli_dead_letters.redrive(args, _interactive(), _refusal, _refuse)
     elif args.command == "replay":
         outcome = commands.replay(args.pipeline, args.batch_id, log=log)
         if as_json:
@@ -195,18 +197,19 @@ def _produce(args: argparse.Namespace) -> int:
 def _stack(args: argparse.Namespace) -> None:
     if args.action == "up":
         # Progress on stderr: stdout carries only the exports, for `eval "$(eosbatch stack up)"`.
-        info = commands.stack_up(log=_to_stderr, spark_cluster=args.spark_cluster)
+        info = commands.stack_up(log=_to_stderr, spark_cluster=args.spark_cluster,
+                                  schema_registry=args.schema_registry)
         for key, value in info.env().items():
             print(f"export {key}={shlex.quote(value)}")
     elif args.action == "down":
         commands.stack_down()
     elif args.action == "env":
-        for key, value in commands.stack_env(args.spark_cluster).items():
+        for key, value in commands.stack_env(args.spark_cluster, args.schema_registry).items():
             print(f"export {key}={shlex.quote(value)}")
     elif args.json:
-        _print_json(_stack_json(commands.stack_status(args.spark_cluster)))
+        _print_json(_stack_json(commands.stack_status(args.spark_cluster, args.schema_registry)))
     else:
-        info = commands.stack_status(args.spark_cluster)
+        info = commands.stack_status(args.spark_cluster, args.schema_registry)
         print(f"home:     {info.home}")
         print(f"kafka:    {info.kafka_bootstrap} pid={info.kafka_pid or 'stopped'} "
               f"version={info.versions['kafka']}")
@@ -217,6 +220,9 @@ def _stack(args: argparse.Namespace) -> None:
               f"(Spark Connect, pyspark {info.versions['pyspark']})")
         if info.spark_cluster is not None:
             _print_cluster(info)
+        if info.schema_registry_url:
+            print(f"registry: {info.schema_registry_url} pid={info.schema_registry_pid or 'stopped'} "
+                  f"(Apicurio Registry {info.versions['schema-registry']}, Confluent-compatible API)")
 
 
 def _stack_json(info: commands.StackInfo) -> dict:  # type: ignore[type-arg]
@@ -229,7 +235,10 @@ def _stack_json(info: commands.StackInfo) -> dict:  # type: ignore[type-arg]
             "spark_cluster": None if cluster is None else {
                 "master_url": cluster.master_url, "master_pid": cluster.master_pid, "web_ui": cluster.web_ui,
                 "worker_pids": list(cluster.worker_pids), "alive_workers": cluster.alive_workers,
-                "connect_remote": info.spark_cluster_remote, "connect_pid": info.spark_cluster_connect_pid}}
+                "connect_remote": info.spark_cluster_remote, "connect_pid": info.spark_cluster_connect_pid},
+            "schema_registry": None if not info.schema_registry_url else {
+                "url": info.schema_registry_url, "pid": info.schema_registry_pid,
+                "version": info.versions["schema-registry"]}}
 
 
 def _db(args: argparse.Namespace) -> int:

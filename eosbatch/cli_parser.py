@@ -74,6 +74,7 @@ def parser() -> Parser:
     replay.add_argument("pipeline")
     replay.add_argument("batch_id", type=int)
     _json(replay)
+    _dead_letters(sub)
     ranges = sub.add_parser("ranges", help="committed coverage per partition, and the holes",
                             description="Committed coverage per partition, the holes, declared gaps, in flight.")
     ranges.add_argument("pipeline")
@@ -131,6 +132,42 @@ def parser() -> Parser:
     return top
 
 
+def _ids(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected dead letter ids, e.g. 12,15,40") from None
+
+
+def _dead_letters(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    dead = sub.add_parser("dead-letters", help="dead letters: run them through the pipeline again (redrive)",
+                          description="A pipeline's dead letters (eosbatch.dead_letters).")
+    actions = dead.add_subparsers(dest="action", required=True, metavar="ACTION")
+    redrive = actions.add_parser(
+        "redrive", help="run chosen dead letters through the pipeline again, exactly once",
+        description="After a fix to the transform or the schema: run chosen dead letters (their stored bytes, "
+                    "not Kafka's) through the pipeline again in redrive batches of the backfill lane. Those that "
+                    "go through are marked redriven in the batch's commit, so a second redrive does nothing; "
+                    "those that fail again stay dead letters with the new reason. Filters combine with AND. "
+                    "Asks first, on a terminal; elsewhere give --yes.")
+    redrive.add_argument("pipeline")
+    redrive.add_argument("--all", dest="everything", action="store_true", help="every dead letter not redriven yet")
+    redrive.add_argument("--error-like", metavar="PATTERN", help="reasons matching this SQL LIKE pattern, e.g. "
+                                                                 "'missing required field%%'")
+    redrive.add_argument("--ids", type=_ids, action="extend", default=[], metavar="ID,ID",
+                         help="these dead letters (ids as eosbatch.dead_letters and --dry-run show them)")
+    redrive.add_argument("--topic", help="dead letters of this source topic")
+    redrive.add_argument("--partition", dest="partitions", action="append", default=[], metavar="TOPIC:PARTITION",
+                         help="dead letters of this partition; repeat for more")
+    redrive.add_argument("--limit", type=int, default=None, metavar="N",
+                         help="redrive at most N dead letters, oldest first (default: 10000)")
+    redrive.add_argument("--publish", action=argparse.BooleanOptionalAction, default=True,
+                         help="publish the redriven records' output (default: yes)")
+    _dry_run(redrive, "list the dead letters that would be redriven; change nothing")
+    _yes(redrive)
+    _json(redrive)
+
+
 def _stack(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     stack = sub.add_parser("stack", help="the embedded local Kafka + PostgreSQL + Spark Connect server",
                            description="The embedded local Kafka + PostgreSQL + Spark Connect server.")
@@ -148,6 +185,10 @@ def _stack(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                             help="up: also a Spark standalone master, two workers and a Connect server on them; "
                                  "up and env: export that server as EOSBATCH_SPARK_REMOTE "
                                  "(default: EOSBATCH_SPARK_CLUSTER)")
+        action.add_argument("--schema-registry", action=argparse.BooleanOptionalAction, default=None,
+                            help="up: also a Confluent-compatible Schema Registry (Apicurio Registry, in memory); "
+                                 "up and env: export its URL as EOSBATCH_SCHEMA_REGISTRY_URL "
+                                 "(default: EOSBATCH_SCHEMA_REGISTRY)")
 
 
 def _db(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

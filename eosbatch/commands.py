@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from eosbatch import backfill as history
 from eosbatch import config, overview, preflight, registry, running, steps, telemetry
+from eosbatch import redrive as redriving
 from eosbatch.context import Context
 from eosbatch.exceptions import ConfigError
 from eosbatch.kafka import json_lines, offsets, topics
 from eosbatch.ledger import cleanup, connection, lanes, migrate, positions, store
+from eosbatch.protocol import redrive as redrive_rules
 from eosbatch.protocol import sources
 from eosbatch.protocol.recovery import recovery_action
 
@@ -31,16 +33,17 @@ def context(pipeline: str, log: Log = print) -> Context:
 
 # The development stack is imported by its commands only: `run`, the DAG tasks and the rest never load it.
 
-def stack_up(log: Log = print, spark_cluster: bool | None = None) -> StackInfo:
+def stack_up(log: Log = print, spark_cluster: bool | None = None,
+             schema_registry: bool | None = None) -> StackInfo:
     from eosbatch import stack
 
-    return stack.up(log, spark_cluster)
+    return stack.up(log, spark_cluster, schema_registry)
 
 
-def stack_env(spark_cluster: bool | None = None) -> dict[str, str]:
+def stack_env(spark_cluster: bool | None = None, schema_registry: bool | None = None) -> dict[str, str]:
     from eosbatch import stack
 
-    return stack.status(spark_cluster).env()
+    return stack.status(spark_cluster, schema_registry).env()
 
 
 def stack_down() -> None:
@@ -49,10 +52,10 @@ def stack_down() -> None:
     stack.down()
 
 
-def stack_status(spark_cluster: bool | None = None) -> StackInfo:
+def stack_status(spark_cluster: bool | None = None, schema_registry: bool | None = None) -> StackInfo:
     from eosbatch import stack
 
-    return stack.status(spark_cluster)
+    return stack.status(spark_cluster, schema_registry)
 
 
 def airflow_up(log: Log = print) -> Any:
@@ -173,6 +176,17 @@ def backfill(pipeline: str, ranges: list[str] | None = None, time_from: str | No
 
 def replay(pipeline: str, batch_id: int, log: Log = print) -> history.ReplayReport:
     return history.replay(context(pipeline, log), batch_id)
+
+
+def redrive(pipeline: str, everything: bool = False, error_like: str | None = None, ids: Iterable[int] = (),
+            topic: str | None = None, partitions: Iterable[str] = (), limit: int | None = None,
+            publish: bool = True, dry_run: bool = False, log: Log = print) -> redriving.RedriveReport:
+    """Run chosen dead letters through the pipeline again, exactly once (`eosbatch dead-letters redrive`):
+    every one (`everything`) or those matching every filter given, at most `limit`; `dry_run` lists them."""
+    ctx = context(pipeline, log)
+    chosen = redrive_rules.selection(everything, error_like, ids, topic, partitions, limit,
+                                     source_topics=ctx.pipeline.source.topics)
+    return redriving.redrive_dead_letters(ctx, chosen, dry_run=dry_run, publish=publish)
 
 
 def compact(pipeline: str, older_than_days: float | None = None) -> cleanup.Compacted:

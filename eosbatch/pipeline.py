@@ -3,45 +3,37 @@ naming the field, long before a batch is planned."""
 
 from __future__ import annotations
 
+import inspect
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from eosbatch.deletes import Deletes, check_deletes, check_deletes_output
 from eosbatch.exceptions import ConfigError
+from eosbatch.formats.base import KAFKA_COLUMNS as KAFKA_COLUMNS  # re-exported: where they always were
+from eosbatch.formats.base import Format, Role
+from eosbatch.formats.json_format import Json, check_ddl
+from eosbatch.formats.json_format import ddl_field_names as ddl_field_names
+from eosbatch.formats.plain import Bytes
+from eosbatch.outputs import AvroValue, JsonValue, OutputValue, headers_map
+from eosbatch.protocol.ranges import OffsetRange
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-SinkMode = Literal["replace", "accumulate"]
+SinkMode = Literal["replace", "accumulate", "append"]
+SINK_MODES = ("replace", "accumulate", "append")
+# An append sink's key: each row's source position and its number among the rows the transform made of that
+# record (eosbatch numbers them: spark/shaping.py). Not chosen by the pipeline.
+APPEND_ROW_COLUMN = "row_in_record"
+APPEND_KEY = ("topic", "partition", "offset", APPEND_ROW_COLUMN)
 StartingOffsets = Literal["earliest", "latest"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-# The columns every record already has before its value's fields are added (and eosbatch's own).
-KAFKA_COLUMNS = ("topic", "partition", "offset", "timestamp", "timestampType", "key", "value", "headers")
-
-
-def ddl_field_names(ddl: str) -> list[str]:
-    """The top-level field names of a Spark DDL schema ("a INT, b DECIMAL(18,2), c STRUCT<x: INT>")."""
-    names, depth, piece = [], 0, ""
-    for char in ddl + ",":
-        if char in "<(":
-            depth += 1
-        elif char in ">)":
-            depth -= 1
-        if char == "," and depth == 0:
-            text = piece.strip()
-            if text.startswith("`"):
-                names.append(text[1:text.index("`", 1)])
-            elif text:
-                names.append(text.split()[0].rstrip(":"))
-            piece = ""
-        else:
-            piece += char
-    return names
 # Columns eosbatch adds to staging tables; a sink may not use them.
 RESERVED_COLUMNS = frozenset({"_eosbatch_batch", "_eosbatch_writer"})
 
@@ -67,17 +59,21 @@ def _identifiers(field_name: str, values: object, allow_empty: bool = False) -> 
 
 @dataclass(frozen=True)
 class KafkaSource:
-    """Where a pipeline reads: topics, how much per batch, and how to parse values.
+    """Where a pipeline reads: topics, how much per batch, and how to parse keys and values.
 
-    `value_schema` (Spark DDL, e.g. "customer_id STRING NOT NULL, amount DOUBLE") makes eosbatch parse
-    each value as JSON before the transform: records that are not JSON, have a field of the wrong type,
-    or lack a NOT NULL field go to the dead letters instead of failing the batch.
+    `value` and `key` are formats (eosbatch.formats: Json, Avro, String, Bytes; both Bytes by default, the raw
+    bytes). `value_schema` (Spark DDL, e.g. "customer_id STRING NOT NULL, amount DOUBLE") is short for
+    `value=Json(value_schema)`: each value is parsed as JSON before the transform. Records whose key or value
+    does not parse (not JSON, a field of the wrong type, a missing NOT NULL field, undecodable Avro, an unknown
+    schema id, text that is not UTF-8) go to the dead letters with the reason instead of failing the batch.
     """
 
     topics: Sequence[str]
     max_records_per_batch: int = 100_000
     value_schema: str | None = None
     starting_offsets: StartingOffsets = "earliest"
+    value: Format | None = None  # None: Json(value_schema) if given, else Bytes()
+    key: Format = Bytes()
 
     def __post_init__(self) -> None:
         if isinstance(self.topics, str) or not self.topics:
@@ -93,63 +89,62 @@ class KafkaSource:
         if self.starting_offsets not in ("earliest", "latest"):
             raise ConfigError("source.starting_offsets", f"must be 'earliest' or 'latest', got "
                                                          f"{self.starting_offsets!r}")
-        if self.value_schema is not None and (not isinstance(self.value_schema, str) or not self.value_schema):
-            raise ConfigError("source.value_schema", "must be a Spark DDL string such as 'id STRING, n INT'")
+        for role in ("value", "key"):
+            given = getattr(self, role)
+            if given is not None and not isinstance(given, Format):
+                raise ConfigError(f"source.{role}", f"must be a format of eosbatch.formats (Json, Avro, String or "
+                                                    f"Bytes), got {given!r}")
         if self.value_schema is not None:
-            taken = {c.lower() for c in KAFKA_COLUMNS} | {"_eosbatch_error"}
-            clashes = [n for n in ddl_field_names(self.value_schema) if n.lower() in taken]
-            if clashes:
-                raise ConfigError("source.value_schema", f"field(s) {', '.join(clashes)} collide with the record's "
-                                  f"Kafka columns ({', '.join(KAFKA_COLUMNS)}); parse such values in the transform")
+            if self.value is not None:
+                raise ConfigError("source.value_schema", "give value=Json(...) or value_schema=..., not both")
+            object.__setattr__(self, "value", Json(check_ddl("source.value_schema", self.value_schema, "value")))
+        else:
+            object.__setattr__(self, "value", (self.value or Bytes()).checked("source.value", "value"))
+        object.__setattr__(self, "key", self.key.checked("source.key", "key"))
 
-
-@dataclass(frozen=True)
-class Deletes:
-    """A replace sink's deletes (docs/deletes.md): a tombstone (a record whose value is null) deletes its key
-    from the sink, publishes a tombstone on the output topic, and leaves a deleted marker so an older row
-    cannot bring the key back. The tombstone's sink key comes from the record's parsed `key`.
-
-    Without `sink.order_by` a tombstone is ordered by its source position, as rows are. With it, the
-    tombstone's order value comes from the record header `order_header` (its text, cast to the order_by
-    column's type) or, with `order_from_timestamp`, from the record's timestamp; one of them is required."""
-
-    order_header: str | None = None
-    order_from_timestamp: bool = False
-
-    def __post_init__(self) -> None:
-        if self.order_header is not None and (not isinstance(self.order_header, str) or not self.order_header):
-            raise ConfigError("sink.deletes.order_header", f"must be a header name or None, got {self.order_header!r}")
-        if not isinstance(self.order_from_timestamp, bool):
-            raise ConfigError("sink.deletes.order_from_timestamp",
-                              f"must be True or False, got {self.order_from_timestamp!r}")
-        if self.order_header is not None and self.order_from_timestamp:
-            raise ConfigError("sink.deletes.order_header", "name a header or set order_from_timestamp, not both")
+    @property
+    def formats(self) -> dict[Role, Format]:
+        """The format of each role ("key", "value")."""
+        assert self.value is not None, "set when built"
+        return {"key": self.key, "value": self.value}
 
 
 @dataclass(frozen=True)
 class PostgresSink:
     """Where results land. `replace`: a later row for a key replaces the stored one; inside one batch the
     row with the highest `order_by` (or source position, when the transform keeps `partition`/`offset`)
-    wins. `accumulate`: the `accumulate` columns add to the stored values (running totals). `deletes` (a
-    Deletes, replace sinks only): a tombstone deletes its key and publishes a tombstone (docs/deletes.md);
-    without it a tombstone is a dead letter."""
+    wins. `accumulate`: the `accumulate` columns add to the stored values (running totals). `append`: every
+    row is inserted once, keyed by its source position (topic, partition, offset, row_in_record): no `key`.
+    `evolve`: a column the transform adds is added to the sink (nullable), never dropped or narrowed
+    (docs/sinks.md). `deletes` (a Deletes, replace sinks only): a tombstone deletes its key and publishes a
+    tombstone (docs/deletes.md); without it a tombstone is a dead letter."""
 
     table: str
-    key: Sequence[str]
+    key: Sequence[str] = ()
     mode: SinkMode = "replace"
     accumulate: Sequence[str] = ()
     order_by: Sequence[str] = ()
     schema: str = "public"
+    evolve: bool = False
     deletes: Deletes | None = None
 
     def __post_init__(self) -> None:
         _identifier("sink.table", self.table)
         _identifier("sink.schema", self.schema)
-        object.__setattr__(self, "key", _identifiers("sink.key", self.key))
+        if self.mode not in SINK_MODES:
+            raise ConfigError("sink.mode", f"must be one of {', '.join(map(repr, SINK_MODES))}, got {self.mode!r}")
+        if not isinstance(self.evolve, bool):
+            raise ConfigError("sink.evolve", f"must be True or False, got {self.evolve!r}")
+        if self.mode == "append":
+            key = _identifiers("sink.key", self.key, allow_empty=True)
+            if key and key != APPEND_KEY:
+                raise ConfigError("sink.key", f"an append sink is keyed by each row's source position "
+                                              f"{list(APPEND_KEY)}; leave key out (got {list(key)})")
+            object.__setattr__(self, "key", APPEND_KEY)
+        else:
+            object.__setattr__(self, "key", _identifiers("sink.key", self.key))
         object.__setattr__(self, "accumulate", _identifiers("sink.accumulate", self.accumulate, allow_empty=True))
         object.__setattr__(self, "order_by", _identifiers("sink.order_by", self.order_by, allow_empty=True))
-        if self.mode not in ("replace", "accumulate"):
-            raise ConfigError("sink.mode", f"must be 'replace' or 'accumulate', got {self.mode!r}")
         if self.mode == "accumulate":
             if not self.accumulate:
                 raise ConfigError("sink.accumulate", "an accumulate sink must name the columns that add up")
@@ -157,44 +152,92 @@ class PostgresSink:
                 raise ConfigError("sink.order_by", "an accumulate sink adds every row; there is nothing to order")
         elif self.accumulate:
             raise ConfigError("sink.accumulate", "only for mode='accumulate'")
+        if self.mode == "append" and self.order_by:
+            raise ConfigError("sink.order_by", "an append sink inserts every row; there is nothing to order")
         if overlap := set(self.key) & set(self.accumulate):
             raise ConfigError("sink.accumulate", f"key columns cannot be accumulated: {sorted(overlap)}")
         if self.deletes is not None:
-            self._check_deletes(self.deletes)
-
-    def _check_deletes(self, deletes: object) -> None:
-        if not isinstance(deletes, Deletes):
-            raise ConfigError("sink.deletes", f"must be a Deletes or None, got {type(deletes).__name__}")
-        if self.mode != "replace":
-            raise ConfigError("sink.deletes", f"only a replace sink deletes; this one is {self.mode!r}")
-        ordered = deletes.order_header is not None or deletes.order_from_timestamp
-        if self.order_by and not ordered:
-            raise ConfigError("sink.deletes.order_header", f"sink.order_by {list(self.order_by)} orders rows, "
-                              "so a tombstone needs an order value: name the header that carries it "
-                              "(order_header) or set order_from_timestamp=True")
-        if self.order_by and len(self.order_by) > 1:
-            raise ConfigError("sink.deletes", f"a tombstone carries one order value; sink.order_by has "
-                              f"{len(self.order_by)} columns")
-        if not self.order_by and ordered:
-            raise ConfigError("sink.deletes.order_header" if deletes.order_header is not None else
-                              "sink.deletes.order_from_timestamp", "without sink.order_by a tombstone is ordered "
-                              "by its source position; there is no order value to set")
+            check_deletes(self.deletes, self.mode, self.order_by)
 
 
 @dataclass(frozen=True)
 class KafkaOutput:
-    """Where results are published: one record per sink row, keyed by `key`, the row as JSON."""
+    """Where results are published: one record per sink row (docs/output.md).
+
+    `key`: a column (its text, as always), or a list of columns (a composite key: the JSON object of those
+    columns, in that order). `value`: JsonValue() (the row as JSON, the default) or AvroValue(schema,
+    schema_id) (the Confluent wire format). `headers`: output header name -> the sink column it is copied
+    from (text or bytea; NULL: no such header on that record)."""
 
     topic: str
-    key: str
+    key: str | Sequence[str]
+    value: OutputValue = JsonValue()
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.topic, str) or not _TOPIC.fullmatch(self.topic):
             raise ConfigError("output.topic", f"{self.topic!r} is not a valid Kafka topic name")
-        _identifier("output.key", self.key)
+        if isinstance(self.key, str):
+            _identifier("output.key", self.key)
+        else:
+            object.__setattr__(self, "key", _identifiers("output.key", self.key))
+        if not isinstance(self.value, (JsonValue, AvroValue)):
+            raise ConfigError("output.value", f"must be JsonValue() or AvroValue(...), got {self.value!r}")
+        pairs = headers_map(self.headers)
+        for name, column in pairs:
+            if column in RESERVED_COLUMNS:
+                raise ConfigError(f"output.headers[{name!r}]", f"{column!r} is reserved by eosbatch")
+        object.__setattr__(self, "headers", dict(pairs))  # a copy (a plain dict: a pipeline pickles)
+
+    def __hash__(self) -> int:
+        return hash((self.topic, self.key_columns, self.value, tuple(self.headers.items())))
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """The columns the key is made of."""
+        return (self.key,) if isinstance(self.key, str) else tuple(self.key)
+
+    @property
+    def composite(self) -> bool:
+        """Whether the key is a JSON object of its columns (a list was given), not one column's text."""
+        return not isinstance(self.key, str)
 
 
-Transform = Callable[["DataFrame"], "DataFrame"]
+Transform = Callable[..., "DataFrame"]
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """What a transform of two arguments, `transform(df, batch)`, learns about its batch: the offset ranges it
+    reads, and nothing else (no batch id, kind or settings: output that depended on them would change on a
+    replay, and `eosbatch verify` recomputes the sink passing the same ranges)."""
+
+    ranges: tuple[OffsetRange, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ranges", tuple(OffsetRange(*r) for r in self.ranges))
+
+
+def transform_arity(transform: object) -> int:
+    """1 for `transform(df)`, 2 for `transform(df, batch)` (a BatchInfo); ConfigError("transform") otherwise.
+    Read once, when the pipeline is built, from the function's signature."""
+    if not callable(transform):
+        raise ConfigError("transform", "must be a function DataFrame -> DataFrame")
+    try:
+        signature = inspect.signature(transform)
+    except (TypeError, ValueError):  # a builtin without a signature: called with the DataFrame only
+        return 1
+    parameters = list(signature.parameters.values())
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    if keyword_only := [p.name for p in parameters if p.kind == p.KEYWORD_ONLY and p.default is p.empty]:
+        raise ConfigError("transform", f"takes (df) or (df, batch); {signature} also requires {keyword_only}")
+    if len(required) > 2:
+        raise ConfigError("transform", f"takes (df) or (df, batch); {signature} requires {len(required)} arguments")
+    if not positional and not any(p.kind == p.VAR_POSITIONAL for p in parameters):
+        raise ConfigError("transform", f"takes (df) or (df, batch); {signature} takes no DataFrame")
+    return 2 if len(positional) >= 2 else 1
+
 
 # How many micro-batches one scheduled DAG run may process, at most, unless a pipeline says otherwise; and
 # the most it may say (each batch is a TaskGroup of its own in the DAG).
@@ -305,15 +348,17 @@ class Pipeline:
             raise ConfigError("output", f"must be a KafkaOutput or None, got {type(self.output).__name__}")
         if not isinstance(self.airflow, AirflowOptions):
             raise ConfigError("airflow", f"must be an AirflowOptions, got {type(self.airflow).__name__}")
-        if not callable(self.transform):
-            raise ConfigError("transform", "must be a function DataFrame -> DataFrame")
+        object.__setattr__(self, "_transform_arity", transform_arity(self.transform))
         if self.output is not None and self.output.topic in self.source.topics:
             raise ConfigError("output.topic", "must differ from the source topics (a pipeline cannot read itself)")
         if self.output is not None and self.sink.deletes is not None:
-            keys = [self.output.key] if isinstance(self.output.key, str) else list(self.output.key)
-            if outside := [k for k in keys if k not in self.sink.key]:
-                raise ConfigError("output.key", f"with sink.deletes the output key must be sink.key column(s): a "
-                                  f"tombstone carries only the key, and {outside} is not one")
+            check_deletes_output(self.sink.key, self.output.key_columns, self.output.value, self.output.headers)
+
+    def transformed(self, df: DataFrame, batch: BatchInfo) -> DataFrame:
+        """The transform applied to `df`, given `batch` when it takes a second argument."""
+        if getattr(self, "_transform_arity", 1) == 2:
+            return self.transform(df, batch)
+        return self.transform(df)
 
     @property
     def transactional_id(self) -> str:

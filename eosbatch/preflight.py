@@ -13,7 +13,8 @@ from eosbatch.context import Context
 from eosbatch.exceptions import EosbatchError
 from eosbatch.kafka import topics
 from eosbatch.ledger import connection, migrate, revisions
-from eosbatch.ledger.sinks import Column, catalog, fit, validate_columns
+from eosbatch.ledger.sinks import Column, catalog, fit, output_fit, validate_columns
+from eosbatch.outputs import AvroValue
 from eosbatch.pipeline import Pipeline
 
 # What a batch does with its topics (README, "A secured Kafka"): read the source; publish to the output and
@@ -75,6 +76,17 @@ def sink_check(table: str, key: Sequence[str], exists: bool, unique_keys: Sequen
         return Check(name, False, "; ".join(problems))
     fits = "" if misfits is None else ", and its columns take the transform's output"
     return Check(name, True, f"has a unique index on {list(key)}{fits}")
+
+
+def output_value_check(topic: str, problems: Sequence[str] | None) -> Check:
+    """The output's Avro schema against the sink's columns (`problems`: one phrase each, naming its field; None:
+    the transform's output is not known, and the sink does not exist yet)."""
+    name = f"output value ({topic})"
+    if problems is None:
+        return Check(name, True, "not checked: the transform's output is not known", checked=False)
+    if problems:
+        return Check(name, False, "; ".join(problems))
+    return Check(name, True, "each field of the Avro schema has a sink column that takes it")
 
 
 def privileges_check(role: str, lacking: Sequence[str]) -> Check:
@@ -171,8 +183,15 @@ def _database_checks(settings: config.Settings, pipeline: Pipeline, columns: lis
             misfits = (fit.misfits(cur, pipeline, columns, shape.sink_types)
                        if columns is not None and shape.sink_exists else None)
             role, lacking = fit.missing_privileges(cur, pipeline, shape.sink_exists)
+            value = None
+            if pipeline.output is not None and isinstance(pipeline.output.value, AvroValue) and (
+                    columns is not None or shape.sink_exists):
+                value = output_fit.value_problems(cur, pipeline, shape, columns or [])
     finally:
         db.rollback()
         db.close()
-    return [sink_check(table, pipeline.sink.key, shape.sink_exists, shape.unique_keys, misfits),
-            privileges_check(role, lacking)]
+    checks = [sink_check(table, pipeline.sink.key, shape.sink_exists, shape.unique_keys, misfits),
+              privileges_check(role, lacking)]
+    if pipeline.output is not None and isinstance(pipeline.output.value, AvroValue):
+        checks.insert(1, output_value_check(pipeline.output.topic, value))
+    return checks

@@ -26,7 +26,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "eosbatch" / "config.py"
 # Where the development stack and the local Airflow read their ports (`_port("EOSBATCH_...", default)`).
-STACK_SOURCES = [ROOT / "eosbatch" / "stack" / "__init__.py", ROOT / "eosbatch" / "orchestration" / "local.py"]
+STACK_SOURCES = [ROOT / "eosbatch" / "stack" / "__init__.py", ROOT / "eosbatch" / "stack" / "schema_registry.py",
+                 ROOT / "eosbatch" / "orchestration" / "local.py"]
 HELP_WIDTH = "110"  # argparse wraps to $COLUMNS: fixed, so the page does not depend on the terminal
 log = logging.getLogger("mkdocs.hooks.eosbatch")
 

@@ -28,8 +28,10 @@ def context(pipeline: str, log: Log = quiet) -> Context:
 
 
 class Scenario:
-    """`kind` is "totals" (accumulate sink), "latest" (replace sink; see tests/pipelines/crash.py) or "deletes"
-    (latest's sink with deletes, whose input has tombstones; tests/pipelines/crash_deletes.py)."""
+    """`kind` is "totals" (accumulate sink), "latest" (replace sink) or "events" (append sink); see
+    tests/pipelines/crash.py; or "latest_avro" (replace, its output Avro with a composite key and a copied header:
+    tests/pipelines/crash_avro.py); or "deletes" (latest's sink with deletes, whose input has tombstones:
+    tests/pipelines/crash_deletes.py)."""
 
     def __init__(self, settings, suffix: str, kind: str, records: int = 2400, batch: int = 1500,
                  start: str = "earliest", seed: int | None = None, create_output: bool = True) -> None:
@@ -52,7 +54,8 @@ class Scenario:
                           customers=40, **({"tombstone_every": 9} if self.kind == "deletes" else {}))
 
     def env(self, fault: str | None = None) -> dict[str, str]:
-        module = "tests.pipelines.crash_deletes" if self.kind == "deletes" else "tests.pipelines.crash"
+        module = {"latest_avro": "tests.pipelines.crash_avro", "deletes": "tests.pipelines.crash_deletes"}.get(
+            self.kind, "tests.pipelines.crash")
         env = {**os.environ, config.DATABASE_URL: self.settings.database_url, "EOSBATCH_PIPELINES": module,
                "EOSBATCH_TEST_SUFFIX": self.suffix,
                "EOSBATCH_TEST_BATCH": str(self.batch), "EOSBATCH_TEST_START": self.start,
@@ -88,8 +91,31 @@ class Scenario:
             if self.kind == "totals":
                 cur.execute(sql.SQL("SELECT customer_id, total_amount, order_count FROM {}").format(table))
                 return {c: (Decimal(t), n) for c, t, n in cur.fetchall()}
+            if self.kind == "events":  # keyed by source position and row number: a duplicate cannot hide here
+                cur.execute(sql.SQL('SELECT topic, partition, "offset", row_in_record, order_id, side, amount '
+                                    "FROM {}").format(table))
+                return {tuple(row[:4]): tuple(row[4:]) for row in cur.fetchall()}
             cur.execute(sql.SQL("SELECT order_id, amount FROM {}").format(table))
             return dict(cur.fetchall())
+
+    def value(self, output) -> dict:  # noqa: ANN001 - a read_back.Record
+        """An output record's value; for "latest_avro" decoded from the wire format with fastavro, its key and
+        copied header checked against it."""
+        if self.kind != "latest_avro":
+            return json.loads(output.value)  # type: ignore[no-any-return]
+        import io
+
+        import fastavro
+
+        from tests.pipelines.crash_avro import SCHEMA, SCHEMA_ID
+
+        assert output.value[:5] == b"\x00" + SCHEMA_ID.to_bytes(4, "big")
+        row = fastavro.schemaless_reader(io.BytesIO(output.value[5:]), fastavro.parse_schema(SCHEMA))
+        assert isinstance(row, dict)
+        assert output.key == json.dumps({"customer_id": row["customer_id"], "order_id": row["order_id"]},
+                                        separators=(",", ":")).encode()
+        assert output.headers.get("status") == (None if row["status"] is None else row["status"].encode())
+        return row
 
     def assert_exactly_once(self, from_log_start: bool = True) -> None:
         inputs = read_topic(self.settings, self.input)
@@ -101,6 +127,8 @@ class Scenario:
         latest = generate.expected_latest(orders, tombstones if self.kind == "deletes" else ())
         if self.kind == "totals":
             assert self.sink() == generate.expected_totals(orders)
+        elif self.kind == "events":
+            assert self.sink() == expected_events(self.input, orders)
         else:
             assert self.sink() == {k: v["amount"] for k, v in latest.items()}
         with store.transaction(self.settings) as cur:
@@ -125,7 +153,12 @@ class Scenario:
         outputs = read_topic(self.settings, self.output)
         check = check_output(self.settings, self.pipeline, self.output, outputs)
         assert check.ok, check
-        if self.kind == "totals":  # the deltas published add up to the sink: no batch published twice
+        if self.kind == "events":  # one record per stored row, each once: the published rows are the sink
+            rows = [json.loads(r.value) for r in outputs]
+            published = {(r["topic"], r["partition"], r["offset"], r["row_in_record"]): (r["order_id"], r["side"],
+                                                                                         r["amount"]) for r in rows}
+            assert len(published) == len(rows) and published == expected_events(self.input, orders)
+        elif self.kind == "totals":  # the deltas published add up to the sink: no batch published twice
             sums: dict[str, Decimal] = {}
             for record in outputs:
                 row = json.loads(record.value)
@@ -138,6 +171,20 @@ class Scenario:
                 if r.value is None:  # a tombstone: the sink deleted the order
                     last.pop(r.key.decode(), None)
                 else:
-                    row = json.loads(r.value)
+                    row = self.value(r)
                     last[row["order_id"]] = row["amount"]
             assert last == {k: v["amount"] for k, v in latest.items()}
+
+
+def expected_events(topic: str, orders: list[dict]) -> dict[tuple, tuple]:
+    """tests/pipelines/factory.py's to_events in plain Python, numbered as an append sink numbers a record's rows
+    (in the order of their other columns, order_id, customer_id, amount, side: for a positive amount the debit,
+    -amount, is row 1 and the credit row 2)."""
+    events = {}
+    for order in orders:
+        amount = float(order["amount"])
+        rows = sorted([(order["order_id"], order["customer_id"], amount, "credit"),
+                       (order["order_id"], order["customer_id"], -amount, "debit")])
+        for number, (order_id, _, signed, side) in enumerate(rows, 1):
+            events[(topic, order["partition"], order["offset"], number)] = (order_id, side, signed)
+    return events

@@ -5,7 +5,7 @@ count."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 Headers = list[tuple[str, str | bytes | None]]  # what confluent_kafka's Producer.produce takes
@@ -25,14 +25,20 @@ def batch_headers(pipeline: str, batch_id: int, commit_seq: int) -> Headers:
     return [(PIPELINE, pipeline.encode()), (BATCH, str(batch_id).encode()), (COMMIT_SEQ, str(commit_seq).encode())]
 
 
-def outgoing(chunks: Iterator[list[tuple[Any, ...]]], source_topics: Sequence[str], common: Headers
+def outgoing(chunks: Iterator[list[tuple[Any, ...]]], source_topics: Sequence[str], common: Headers,
+             copied: Sequence[str] = (), encode: Callable[[Sequence[Any]], bytes] | None = None
              ) -> Iterator[Outgoing]:
-    """Rows of (seq, key, value, source topic, partition, offset), text as bytes, as records to produce: each
-    with the batch's `common` headers and its own. A row without a source position (an aggregate) carries its
-    seq alone; with one source topic the topic is named even when the row did not keep it."""
+    """Rows of (seq, key, source topic, partition, offset, the copied headers' values, the value), text as
+    bytes, as records to produce: each with the batch's `common` headers, its own, and the headers named in
+    `copied` whose value is not NULL. The value is one column of JSON text, or with `encode` the columns it
+    encodes (kafka/avro.py). A row without a source position (an aggregate) carries its seq alone; with one
+    source topic the topic is named even when the row did not keep it."""
     single_topic = source_topics[0].encode() if len(source_topics) == 1 else None
-    for rows in chunks:
-        for seq, key, value, topic, partition, offset in rows:
+    if copied or encode is not None:
+        yield from _shaped(chunks, single_topic, common, copied, encode)
+        return
+    for rows in chunks:  # inlined: a call per record costs on a million of them
+        for seq, key, topic, partition, offset, value in rows:
             if partition is None:
                 yield key, value, [*common, (SEQ, seq)]
             elif topic is None and single_topic is None:
@@ -40,6 +46,29 @@ def outgoing(chunks: Iterator[list[tuple[Any, ...]]], source_topics: Sequence[st
             else:
                 yield key, value, [*common, (SEQ, seq), (SOURCE_PARTITION, partition), (SOURCE_OFFSET, offset),
                                    (SOURCE_TOPIC, topic if topic is not None else single_topic)]
+
+
+def _own(common: Headers, seq: Any, topic: Any, partition: Any, offset: Any, single_topic: bytes | None) -> Headers:
+    """A record's own headers, as `outgoing`'s loop makes them."""
+    if partition is None:
+        return [*common, (SEQ, seq)]
+    if topic is None and single_topic is None:
+        return [*common, (SEQ, seq), (SOURCE_PARTITION, partition), (SOURCE_OFFSET, offset)]
+    return [*common, (SEQ, seq), (SOURCE_PARTITION, partition), (SOURCE_OFFSET, offset),
+            (SOURCE_TOPIC, topic if topic is not None else single_topic)]
+
+
+def _shaped(chunks: Iterator[list[tuple[Any, ...]]], single_topic: bytes | None, common: Headers,
+            copied: Sequence[str], encode: Callable[[Sequence[Any]], bytes] | None) -> Iterator[Outgoing]:
+    """`outgoing` for records that copy headers or whose value is encoded here."""
+    first = 5 + len(copied)
+    for rows in chunks:
+        for row in rows:
+            seq, key, topic, partition, offset = row[:5]
+            headers = _own(common, seq, topic, partition, offset, single_topic)
+            headers += [(name, bytes(v) if isinstance(v, memoryview) else v)
+                        for name, v in zip(copied, row[5:first], strict=True) if v is not None]
+            yield key, (encode(row[first:]) if encode is not None else row[first]), headers
 
 
 # ---------------------------------------------------------------- reading records back

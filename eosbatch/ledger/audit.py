@@ -12,9 +12,7 @@ from eosbatch.ledger.sinks import sink_table
 from eosbatch.ledger.store import Batch, Cursor, get_batch
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol.ranges import OffsetRange
-
-# Dead letters of rows too big to publish start so (the commit writes them: ledger.sinks.move_to_sink).
-OVERSIZE_PREFIX = "output record of "
+from eosbatch.protocol.redrive import OVERSIZE_PREFIX  # rows too big to publish (ledger.sinks.move_to_sink)
 
 
 class BatchSummary(NamedTuple):
@@ -85,9 +83,11 @@ def oversize_keys(cur: Cursor, pipeline: str) -> set[str]:
 
 
 def committed_malformed(cur: Cursor, pipeline: str) -> set[tuple[str, int, int]]:
-    """(topic, partition, offset) of the dead letters of malformed input inside the committed coverage."""
+    """(topic, partition, offset) of the dead letters of malformed input inside the committed coverage (not
+    those a redrive has taken into the sink since: the pipeline, fixed, parses them now)."""
     cur.execute('SELECT d.topic, d.partition, d."offset" FROM eosbatch.dead_letters d WHERE d.pipeline = %s '
-                "AND NOT starts_with(d.error, %s) AND EXISTS (SELECT 1 FROM eosbatch.committed_ranges c "
+                "AND NOT starts_with(d.error, %s) AND d.redriven_by IS NULL "
+                "AND EXISTS (SELECT 1 FROM eosbatch.committed_ranges c "
                 "WHERE c.pipeline = d.pipeline AND c.topic = d.topic AND c.partition = d.partition "
                 'AND c.incarnation = d.incarnation AND c.offsets @> d."offset")', (pipeline, OVERSIZE_PREFIX))
     return {(topic, partition, offset) for topic, partition, offset in cur.fetchall()}

@@ -12,7 +12,7 @@ from typing import Literal, NamedTuple
 
 from eosbatch.protocol.exceptions import InvalidRange
 from eosbatch.protocol.ranges import OffsetRange, PartitionBounds, TopicPartition, merge, split, subtract
-from eosbatch.protocol.states import BatchKind, BatchState
+from eosbatch.protocol.states import BatchKind, BatchState, claims_coverage
 
 Mode = Literal["fill", "reprocess"]
 MODES: tuple[Mode, ...] = ("fill", "reprocess")
@@ -142,9 +142,9 @@ def offset_moves(kind: BatchKind, ranges: Iterable[OffsetRange], expected: Mappi
 
     A regular batch must start exactly at each next offset (compare-and-set). A backfill or replay range
     must end at or below it (a hole), or start exactly at it (a replay of the regular lane's last,
-    aborted batch: it then advances the offset). A reprocess batch claims nothing and moves nothing."""
+    aborted batch: it then advances the offset). A reprocess or redrive batch claims nothing and moves nothing."""
     moves: dict[TopicPartition, int] = {}
-    if kind == "reprocess":
+    if not claims_coverage(kind):
         return OffsetMoves(moves, None)
     for r in ranges:
         at = expected.get(r.tp)
@@ -179,6 +179,9 @@ def replay_decision(batch_id: int, state: BatchState, kind: BatchKind, ranges: I
     if kind == "reprocess":
         return ReplayDecision("nothing", (), f"batch {batch_id} was a reprocess; run the backfill with "
                                              "--mode reprocess again instead")
+    if kind == "redrive":
+        return ReplayDecision("nothing", (), f"batch {batch_id} was a redrive; its dead letters are still dead "
+                                             "letters: run eosbatch dead-letters redrive again instead")
     left = subtract(ranges, committed)
     busy = intersect(left, in_flight)
     if busy:

@@ -11,7 +11,7 @@ from typing import Literal, get_args
 from eosbatch.protocol.exceptions import IllegalTransition
 
 BatchState = Literal["planned", "staged", "committed", "published", "aborted"]
-BatchKind = Literal["regular", "backfill", "replay", "reprocess"]
+BatchKind = Literal["regular", "backfill", "replay", "reprocess", "redrive"]
 Lane = Literal["regular", "backfill"]
 STATES: tuple[BatchState, ...] = get_args(BatchState)
 KINDS: tuple[BatchKind, ...] = get_args(BatchKind)
@@ -34,8 +34,9 @@ def lane(kind: BatchKind) -> Lane:
 
 
 def claims_coverage(kind: BatchKind) -> bool:
-    """A reprocess batch re-runs ranges already committed, on purpose: it records no coverage."""
-    return kind != "reprocess"
+    """A reprocess batch re-runs ranges already committed, on purpose, and a redrive batch re-runs dead letters
+    of committed ranges: neither records coverage (nor moves a next offset)."""
+    return kind not in ("reprocess", "redrive")
 
 
 def can_transition(state: BatchState, target: BatchState) -> bool:

@@ -9,11 +9,13 @@ from typing import Any, NamedTuple
 from eosbatch import config, faults, registry
 from eosbatch.context import Context
 from eosbatch.exceptions import TerminalError, TransientError
-from eosbatch.ledger import lanes, sinks, store
+from eosbatch.formats.schemas import to_json
+from eosbatch.ledger import lanes, schema_sets, sinks, store
 from eosbatch.ledger.staging import DEAD_LETTERS_STAGE
-from eosbatch.spark import reader, schema, tombstones
+from eosbatch.pipeline import KafkaSource
+from eosbatch.spark import reader, redrive, shaping, tombstones, writer_schemas
 from eosbatch.spark.session import on_own_session
-from eosbatch.spark.staging import DEAD_LETTER_COLUMNS, RESULT_SCHEMA, StageTarget, WriterResult, stage_partition
+from eosbatch.spark.staging import DEAD_LETTER_TIMES, RESULT_SCHEMA, StageTarget, WriterResult, stage_partition
 
 
 def process(pipeline_name: str, batch_id: int) -> dict[str, int]:
@@ -40,38 +42,48 @@ def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -
         raise TerminalError(f"batch {batch_id} is {batch.state}; only a planned batch can be processed")
     started = time.monotonic()
     nonce = uuid.uuid4().hex[:12]  # this run's writers; a retried driver gets new tags
-    headers = tombstones.reads_headers(pipeline)
-    parsed = reader.parse(reader.read_ranges(spark, settings, list(batch.ranges), pipeline.name, headers),
-                          pipeline.source, headers)
-    parsed = tombstones.classified(parsed, pipeline, pipeline.transform)
+    records = (redrive.read_input(spark, settings, batch_id) if batch.kind == "redrive"  # the ledger's bytes
+               else reader.read_ranges(spark, settings, list(batch.ranges), pipeline.name))
+    schemas = writer_schemas.for_batch(records, settings, pipeline, batch)  # {} unless a format names them by id
+    parsed = reader.parse(records, pipeline.source, schemas)
+    ranges = list(batch.ranges)
+    parsed = tombstones.classified(parsed, pipeline, lambda df: shaping.transformed(pipeline, df, ranges).rows)
     good, observation = _counted(parsed, nonce)
-    result = pipeline.transform(tombstones.records(good, pipeline))
-    result_schema = result.schema
-    result = tombstones.with_tombstones(result, result_schema, good, pipeline)
+    shaped = shaping.transformed(pipeline, tombstones.records(good, pipeline), ranges)
+    result, columns = shaped
+    deleting = pipeline.sink.deletes is not None
+    if deleting:  # its tombstones beside the transform's rows, flagged
+        result = tombstones.with_tombstones(result, result.schema, good, pipeline)
     if settings.staging_writers:
         # Each staging task holds a PostgreSQL connection: at most this many, whatever the partition count
         # (a coalesce, so without a shuffle; it narrows the stages before it as well).
         result = result.coalesce(settings.staging_writers)
-    columns = schema.columns(result_schema)
     names = [c.name for c in columns]
-    deleting = pipeline.sink.deletes is not None
+    added = sinks.evolve_sink(settings, pipeline, columns) if pipeline.sink.evolve else []
+    if added:
+        log(f"batch {batch_id}: sink.evolve added column(s) {added} to {pipeline.sink.schema}.{pipeline.sink.table}")
     with store.transaction(settings) as cur:
         sinks.ensure_tables(cur, pipeline, columns)
         if deleting:
             sinks.ensure_deletes(cur, pipeline, columns)
         staged_names = [*names, sinks.DELETED_COLUMN] if deleting else names
-        sink_target = StageTarget("sink", sinks.stage_copy_target(pipeline, staged_names).as_string(cur.connection))
+        sink_target = StageTarget("sink", sinks.stage_copy_target(pipeline, staged_names).as_string(cur.connection),
+                                  shaped.jsonb)
     staged = (result.mapInArrow(stage_partition(settings.psycopg_dsn, sink_target, nonce, batch_id, fault),
                                 RESULT_SCHEMA)
               .collect())
     sink_writers = [WriterResult(r["writer"], r["rows"]) for r in staged]
     tally = _tally(observation.get, parsed, batch_id, log)
-    dead = _counts(_stage_dead_letters(parsed, settings.psycopg_dsn, nonce, batch_id)) if tally.malformed else {}
+    dead = _counts(_stage_dead_letters(parsed, pipeline.source, settings.psycopg_dsn, nonce, batch_id)) \
+        if tally.malformed else {}
     if sum(dead.values()) != tally.malformed:
         raise TransientError(f"batch {batch_id}: {tally.malformed} malformed records were counted, "
                              f"{sum(dead.values())} staged as dead letters on a second read of their ranges; "
                              "nothing was marked staged")
-    writers: dict[str, object] = {"sink": _counts(sink_writers), "dead_letters": dead, "columns": names}
+    writers: dict[str, Any] = {"sink": _counts(sink_writers), "dead_letters": dead, "columns": names,
+                               **({schema_sets.KEY: to_json(schemas)} if schemas else {})}
+    if added:  # the sink's shape changed for this batch: it publishes from the outbox (outbox.early_refusal)
+        writers["evolved"] = added
     if deleting:
         writers["deletes"] = True  # staged with the tombstone flag (sinks.stages_tombstones)
         writers["tombstones"] = tally.tombstones  # steps.early
@@ -130,7 +142,7 @@ def _counted(parsed: Any, nonce: str) -> tuple[Any, Any]:
     observed = (parsed.withColumn(_ROW_NUMBER, F.monotonically_increasing_id())
                 .observe(observation, *_record_counts(), F.count_if(first).alias("tasks"),
                          F.size(F.collect_set(F.when(first, F.shiftright(row, _TASK_ROW_BITS)))).alias("partitions")))
-    return observed.where(error.isNull()).drop(reader.ERROR_COLUMN, _ROW_NUMBER), observation
+    return observed.where(error.isNull()).drop(*reader.INTERNAL_COLUMNS, _ROW_NUMBER), observation
 
 
 def _tally(observed: Any, parsed: Any, batch_id: int, log: Any) -> _Tally:
@@ -144,13 +156,14 @@ def _tally(observed: Any, parsed: Any, batch_id: int, log: Any) -> _Tally:
     return _Tally(int(exact["records"]), int(exact["malformed"]), int(exact["tombstones"]))
 
 
-def _stage_dead_letters(parsed: Any, dsn: str, nonce: str, batch_id: int) -> list[WriterResult]:
-    """Stage the malformed records as dead letters (a Spark action of their own); their writers."""
+def _stage_dead_letters(parsed: Any, source: KafkaSource, dsn: str, nonce: str, batch_id: int) -> list[WriterResult]:
+    """Stage the malformed records as dead letters (a Spark action of their own), their key and value as the
+    bytes they were; their writers."""
     from pyspark.sql import functions as F
 
     error = F.col(reader.ERROR_COLUMN)
     target = StageTarget("dead_letters", DEAD_LETTERS_STAGE)
-    rows = (parsed.where(error.isNotNull()).select(*DEAD_LETTER_COLUMNS, error)
+    rows = (parsed.where(error.isNotNull()).select(*reader.dead_letter_columns(source), error, *DEAD_LETTER_TIMES)
             .mapInArrow(stage_partition(dsn, target, nonce, batch_id, {}), RESULT_SCHEMA).collect())
     return [WriterResult(r["writer"], r["rows"]) for r in rows]
 

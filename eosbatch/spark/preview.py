@@ -9,7 +9,7 @@ from typing import Any
 
 from eosbatch.ledger.sinks import Column
 from eosbatch.pipeline import Pipeline
-from eosbatch.spark import reader, schema
+from eosbatch.spark import reader, shaping
 
 # PySpark logs an analysis error with its whole plan and the server's stack trace before raising it; the check
 # reports the error itself, on one line.
@@ -18,10 +18,10 @@ _QUERY_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger"
 
 def output_columns_on(spark: Any, pipeline: Pipeline) -> list[Column]:
     """The columns `pipeline.transform` returns for the records its source parses to (the batch's own path:
-    reader.parse, the malformed records' error column dropped, the transform)."""
+    reader.parse, the malformed records' error column dropped, the transform, the sink's shaping)."""
     for name in _QUERY_CONTEXT_LOGGERS:
         logging.getLogger(name).setLevel(logging.CRITICAL)
     empty = spark.createDataFrame([], reader.struct(reader.KAFKA_COLUMNS))
     parsed = reader.parse(empty, pipeline.source)
-    result = pipeline.transform(parsed.where(parsed[reader.ERROR_COLUMN].isNull()).drop(reader.ERROR_COLUMN))
-    return schema.columns(result.schema)
+    good = parsed.where(parsed[reader.ERROR_COLUMN].isNull()).drop(*reader.INTERNAL_COLUMNS)
+    return shaping.transformed(pipeline, good, []).columns  # no ranges: nothing is read

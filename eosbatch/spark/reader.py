@@ -1,22 +1,25 @@
-"""Reading exactly the planned ranges, read_committed, and splitting malformed records off."""
+"""Reading exactly the planned ranges, read_committed; parsing keys and values with the source's formats
+(eosbatch.formats), and splitting malformed records off."""
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from eosbatch.config import Settings
+from eosbatch.formats import Decoding, Role, json_format, wire
+from eosbatch.formats.base import ERROR_COLUMN
 from eosbatch.pipeline import KafkaSource
 from eosbatch.protocol.ranges import OffsetRange
 from eosbatch.spark_kafka_options import reader_options
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-ERROR_COLUMN = "_eosbatch_error"
-_CORRUPT = "_eosbatch_corrupt"
+ERROR_COLUMN = ERROR_COLUMN  # re-exported: where the steps always found it
 
 
 def offsets_json(ranges: list[OffsetRange]) -> tuple[str, str, str]:
@@ -48,13 +51,11 @@ def group_id_prefix(pipeline: str) -> str:
 FETCH_MAX_WAIT_MS = "5"
 
 
-def read_ranges(spark: SparkSession, settings: Settings, ranges: list[OffsetRange], pipeline: str,
-                headers: bool = False) -> DataFrame:
+def read_ranges(spark: SparkSession, settings: Settings, ranges: list[OffsetRange], pipeline: str) -> DataFrame:
     """The ranges' records, read_committed, with the security settings every other client uses (the JAAS
-    line is redacted from plans: spark_kafka_options.REDACTION_REGEX); with `headers`, theirs too."""
+    line is redacted from plans: spark_kafka_options.REDACTION_REGEX)."""
     assign, starts, ends = offsets_json(ranges)
     return (spark.read.format("kafka")
-            .option("includeHeaders", "true" if headers else "false")
             .options(**reader_options(settings.kafka_config))
             .option("groupIdPrefix", group_id_prefix(pipeline))
             .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
@@ -64,46 +65,81 @@ def read_ranges(spark: SparkSession, settings: Settings, ranges: list[OffsetRang
             .option("assign", assign)
             .option("startingOffsets", starts)
             .option("endingOffsets", ends)
+            .option("includeHeaders", "true")  # the transform sees them (eosbatch.formats: headers)
             .load())
 
 
-# The Kafka source's columns (without headers), fixed by the connector: knowing them spares the Spark
+# The Kafka source's columns (with headers: includeHeaders), fixed by the connector: knowing them spares the Spark
 # Connect client a round trip to the server per batch to ask.
 KAFKA_COLUMNS = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, " \
-                "timestampType INT"
+                "timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+_RECORD = ("topic", "partition", "offset", "timestamp", "timestampType")
+# Where each role's format puts its temporary parse (the value's name is the one JSON always had).
+_TEMPORARY: dict[Role, str] = {"value": "_eosbatch_parsed", "key": "_eosbatch_key_parsed"}
+# The record's bytes, kept beside a key or value that the transform sees parsed: the dead letters keep them.
+RAW: dict[Role, str] = {"key": "_eosbatch_raw_key", "value": "_eosbatch_raw_value"}
+# The columns of the parse that the transform does not see.
+INTERNAL_COLUMNS = (ERROR_COLUMN, *RAW.values())
+TOMBSTONE = "value is null (a tombstone): this sink does not take deletes"
+
+Schemas = Mapping[str, Mapping[int, "str | None"]]  # role -> schema id -> writer schema (None: unknown)
 
 
 def struct(ddl: str) -> StructType:
-    from pyspark.sql.types import StructType
-
-    parsed = StructType.fromDDL(ddl)
-    assert isinstance(parsed, StructType), "a DDL field list parses to a struct"
-    return parsed
+    return json_format.struct(ddl)
 
 
-def parse(df: DataFrame, source: KafkaSource, headers: bool = False) -> DataFrame:
-    """Add the value's JSON fields as columns and an error column: set (never null) for a malformed record.
-    A tombstone (a null value) is left to eosbatch.spark.tombstones. `headers`: read with them, keep them."""
+def parse(df: DataFrame, source: KafkaSource, schemas: Schemas | None = None) -> DataFrame:
+    """The records with their key and value parsed by the source's formats, the value's fields as columns,
+    and an error column: set (never null) for a record whose key or value does not parse. `schemas`: the
+    writer schemas of the ids the batch holds, for formats that name their schemas by id (writer_schemas)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType, StructField, StructType
 
-    kafka = struct(KAFKA_COLUMNS).fieldNames() + (["headers"] if headers else [])
-    if source.value_schema is None:
-        return df.select(*kafka, F.lit(None).cast("string").alias(ERROR_COLUMN))
-    declared = struct(source.value_schema)
-    # Parsed as nullable so that a missing required field is reported by name instead of failing the read.
-    relaxed = StructType([StructField(f.name, f.dataType, True) for f in declared.fields]
-                         + [StructField(_CORRUPT, StringType(), True)])
-    text = F.col("value").cast("string")
-    parsed = F.from_json(text, relaxed, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
-    out = df.withColumn("_eosbatch_parsed", parsed)
-    checks = [(F.col("value").isNull(), F.lit(None).cast("string")),
-              (F.col(f"_eosbatch_parsed.{_CORRUPT}").isNotNull(),
-               F.lit(f"not a JSON object matching schema ({source.value_schema})"))]
-    checks += [(F.col(f"_eosbatch_parsed.`{f.name}`").isNull(), F.lit(f"missing required field {f.name!r}"))
-               for f in declared.fields if not f.nullable]
-    error = F.when(checks[0][0], checks[0][1])
-    for condition, message in checks[1:]:
-        error = error.when(condition, message)
-    fields = [F.col(f"_eosbatch_parsed.`{f.name}`").alias(f.name) for f in declared.fields]
-    return out.select(*kafka, *fields, error.alias(ERROR_COLUMN))
+    decoded = _decodings(source, schemas or {})
+    out = df
+    for role in ("value", "key"):
+        if (temporary := decoded[role].temporary) is not None:
+            out = out.withColumn(_TEMPORARY[role], temporary)
+    checks = [] if source.formats["value"].passes_null else [(F.col("value").isNull(), F.lit(TOMBSTONE))]
+    checks += decoded["value"].checks
+    checks += [(F.col("key").isNotNull() & condition, message) for condition, message in decoded["key"].checks]
+    error = F.lit(None).cast("string")
+    if checks:
+        error = F.when(checks[0][0], checks[0][1])
+        for condition, message in checks[1:]:
+            error = error.when(condition, message)
+    roles = [role if decoded[role].raw else decoded[role].column.alias(role) for role in ("key", "value")]
+    fields = [F.col(f"{_TEMPORARY['value']}.`{name}`").alias(name) for name in decoded["value"].fields]
+    raws = [F.col(role).alias(RAW[role]) for role in ("key", "value") if not decoded[role].raw]
+    return out.select(*roles, *_RECORD, "headers", *fields, error.alias(ERROR_COLUMN), *raws)
+
+
+def _decodings(source: KafkaSource, schemas: Schemas) -> dict[Role, Decoding]:
+    from pyspark.sql import functions as F
+
+    return {role: fmt.decoding(F.col(role), role, _TEMPORARY[role], schemas.get(role, {}))
+            for role, fmt in source.formats.items()}
+
+
+def dead_letter_columns(source: KafkaSource) -> list[Column]:
+    """A malformed record's columns as the dead letters keep them (staging.DEAD_LETTER_COLUMNS' order, the
+    error apart): its position, and its key and value as the bytes they were."""
+    from pyspark.sql import functions as F
+
+    raw = {role: F.col(role) if d.raw else F.col(RAW[role]).alias(role) for role, d in _decodings(source, {}).items()}
+    return [F.col("topic"), F.col("partition"), F.col("offset"), raw["key"], raw["value"]]
+
+
+def schema_ids(df: DataFrame, source: KafkaSource) -> dict[Role, set[int]]:
+    """The schema ids in the records of `df`, for each role whose format names its writer schemas by id (one
+    small aggregate over the 5-byte headers); {} when none does, without a Spark job."""
+    from pyspark.sql import functions as F
+
+    roles = [role for role, fmt in source.formats.items() if fmt.schema_source is not None]
+    if not roles:
+        return {}
+    framed = {role: (F.length(role) >= wire.HEADER_BYTES)
+              & (F.substring(role, 1, 1) == F.lit(bytes([wire.MAGIC]))) for role in roles}
+    [row] = df.agg(*[F.collect_set(F.when(framed[role], F.substring(role, 1, wire.HEADER_BYTES))).alias(role)
+                     for role in roles]).collect()
+    return {role: {i for h in row[role] if (i := wire.schema_id(bytes(h))) is not None} for role in roles}

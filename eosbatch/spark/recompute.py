@@ -4,14 +4,18 @@ It reads every committed batch's ranges again (read_committed), parses and trans
 step would, and writes the result rows and the malformed records' positions to a JSON file; the verifier
 compares them with the sink and the dead letters. Batches whose ranges were compacted (cleanup.compact) are
 read together, as the part of the merged committed coverage that no other batch holds: their boundaries are
-gone, which changes nothing for an accumulate sink or a row-by-row transform. A sink with deletes gets its
-tombstones as rows flagged DELETED_COLUMN, as the process step stages them (spark.tombstones). It shares the
-reader and the transform with the process step, and nothing with the commit and publish path it checks. It
-collects on the driver: a check for test and audit volumes, not for a whole history of billions of rows.
+gone, which changes nothing for an accumulate sink or a row-by-row transform. A transform that takes the batch's
+info (pipeline.BatchInfo) gets each batch's own ranges, as the process step gave them (the merged ranges, for
+compacted batches). A sink with deletes gets its tombstones as rows flagged DELETED_COLUMN, as the process step
+stages them (spark.tombstones). It shares the reader and the transform with the process step, and nothing with
+the commit and publish path it checks. It collects on the driver: a check for test and audit volumes, not for
+a whole history of billions of rows.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
@@ -22,7 +26,7 @@ from eosbatch.ledger import claims, store
 from eosbatch.ledger.audit import committed_batches
 from eosbatch.protocol.ranges import subtract
 from eosbatch.protocol.states import claims_coverage
-from eosbatch.spark import reader, tombstones
+from eosbatch.spark import reader, schema, shaping, tombstones, writer_schemas
 from eosbatch.spark.session import on_own_session
 
 
@@ -35,7 +39,14 @@ def _plain(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).hex()
+    if isinstance(value, list):  # an array column
+        return [_plain(v) for v in value]
     return value
+
+
+def _rows(pipeline: Any, ranges: list[Any], parsed: Any) -> Any:
+    """The transform's rows over `parsed`, shaped for the sink, as the process step stages them."""
+    return shaping.transformed(pipeline, parsed, ranges).rows
 
 
 def recompute(pipeline_name: str) -> dict[str, Any]:
@@ -52,28 +63,33 @@ def recompute_on(spark: Any, ctx: Context) -> dict[str, Any]:
     settings, pipeline = ctx.settings, ctx.pipeline
     with store.transaction(settings) as cur:
         batches = committed_batches(cur, pipeline.name)
-        # A reprocess re-ran ranges that another batch committed: counted there.
-        runs = [list(b.ranges) for b in batches if claims_coverage(b.kind) and b.ranges]
+        # A reprocess re-ran ranges that another batch committed: counted there. Each run decodes with the
+        # writer schemas its batch decoded with (Avro); the compacted rest with those of every batch.
+        runs = [(list(b.ranges), writer_schemas.stored(b)) for b in batches if claims_coverage(b.kind) and b.ranges]
         if any(claims_coverage(b.kind) and not b.ranges for b in batches):  # compacted
-            rest = subtract(claims.committed_coverage(cur, pipeline.name), [r for run in runs for r in run])
-            runs = [rest, *runs] if rest else runs
+            rest = subtract(claims.committed_coverage(cur, pipeline.name), [r for run, _ in runs for r in run])
+            every: dict[str, dict[int, str | None]] = {}
+            for b in batches:
+                for role, ids in writer_schemas.stored(b).items():
+                    every[role] = {**ids, **every.get(role, {})}
+            runs = [(rest, every), *runs] if rest else runs
     rows: list[dict[str, Any]] = []
     malformed: list[list[Any]] = []
     columns: list[str] = []
     records = 0
-    headers = tombstones.reads_headers(pipeline)
-    for ranges in runs:
-        parsed = reader.parse(reader.read_ranges(spark, settings, ranges, pipeline.name, headers), pipeline.source,
-                              headers)
-        parsed = tombstones.classified(parsed, pipeline, pipeline.transform)
+    for ranges, pinned in runs:
+        read = reader.read_ranges(spark, settings, ranges, pipeline.name)
+        parsed = reader.parse(read, pipeline.source, writer_schemas.resolved(read, settings, pipeline, pinned))
+        parsed = tombstones.classified(parsed, pipeline, functools.partial(_rows, pipeline, ranges))
         records += parsed.count()
         malformed += [[r[0], r[1], r[2]] for r in parsed.where(F.col(reader.ERROR_COLUMN).isNotNull())
                       .select("topic", "partition", "offset").collect()]
-        good = parsed.where(F.col(reader.ERROR_COLUMN).isNull()).drop(reader.ERROR_COLUMN)
-        result = pipeline.transform(tombstones.records(good, pipeline))
-        result_schema = result.schema
-        columns = list(result_schema.names)
-        # A sink with deletes: its tombstones too, as rows flagged DELETED_COLUMN (verify weighs them).
-        result = tombstones.with_tombstones(result, result_schema, good, pipeline)
-        rows += [{c: _plain(v) for c, v in row.asDict().items()} for row in result.collect()]
+        good = parsed.where(F.col(reader.ERROR_COLUMN).isNull()).drop(*reader.INTERNAL_COLUMNS)
+        result, stored = shaping.transformed(pipeline, tombstones.records(good, pipeline), ranges)
+        columns = list(result.columns)
+        jsonb = {c.name for c in stored if c.pg_type == schema.JSONB}
+        if pipeline.sink.deletes is not None:  # its tombstones too, flagged DELETED_COLUMN (verify weighs them)
+            result = tombstones.with_tombstones(result, result.schema, good, pipeline)
+        rows += [{c: json.loads(v) if c in jsonb and v is not None else _plain(v) for c, v in row.asDict().items()}
+                 for row in result.collect()]
     return {"columns": columns, "rows": rows, "malformed": malformed, "records": records}

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from eosbatch import faults
 from eosbatch.ledger.staging import copy_into_stage
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 Kind = Literal["sink", "dead_letters"]
 RESULT_SCHEMA = "kind string, writer string, rows long"  # what each staging task returns to the driver
 DEAD_LETTER_COLUMNS = ["topic", "partition", "offset", "key", "value"]  # + the error: staged_dead_letters' order
+DEAD_LETTER_TIMES = ["timestamp", "timestampType"]  # after the error (migration 0011 added them)
 
 
 class WriterResult(NamedTuple):
@@ -40,9 +41,11 @@ class WriterResult(NamedTuple):
 
 
 class StageTarget(NamedTuple):
-    """Where one kind of row goes: the COPY target `table (batch, writer, columns...)` as SQL text."""
+    """Where one kind of row goes: the COPY target `table (batch, writer, columns...)` as SQL text, and the
+    columns that arrive as JSON text to be encoded as jsonb."""
     kind: Kind
     copy_sql: str
+    jsonb: tuple[str, ...] = ()
 
 
 def writer_tag(nonce: str, task_attempt_id: int) -> str:
@@ -60,9 +63,29 @@ def with_tags(batch: pa.RecordBatch, batch_id: int, writer: str) -> pa.RecordBat
          *batch.columns], names=["_batch", "_writer", *batch.schema.names])
 
 
-def binary_copy(batches: Iterable[pa.RecordBatch], batch_id: int, writer: str) -> tuple[io.BytesIO, int]:
-    """PostgreSQL's binary COPY stream of these record batches (tags first); and the rows in it."""
+def _encoder(schema: pa.Schema, jsonb: tuple[str, ...]) -> Any:
+    """pgpq's encoder of these columns: each as pgpq infers it (a list as a PostgreSQL array), the `jsonb` ones
+    (JSON text) in jsonb's binary form."""
+    import pyarrow as pa
     from pgpq import ArrowToPostgresBinaryEncoder
+    from pgpq.encoders import LargeStringEncoderBuilder, StringEncoderBuilder
+    from pgpq.schema import Jsonb
+
+    if not jsonb:
+        return ArrowToPostgresBinaryEncoder(schema)
+
+    def as_jsonb(field: pa.Field) -> Any:
+        builder = LargeStringEncoderBuilder if pa.types.is_large_string(field.type) else StringEncoderBuilder
+        return builder.new_with_output(field, Jsonb())
+
+    encoders = {f.name: as_jsonb(f) if f.name in jsonb else ArrowToPostgresBinaryEncoder.infer_encoder(f)
+                for f in schema}
+    return ArrowToPostgresBinaryEncoder.new_with_encoders(schema, encoders)
+
+
+def binary_copy(batches: Iterable[pa.RecordBatch], batch_id: int, writer: str,
+                jsonb: tuple[str, ...] = ()) -> tuple[io.BytesIO, int]:
+    """PostgreSQL's binary COPY stream of these record batches (tags first); and the rows in it."""
 
     buffer, encoder, rows = io.BytesIO(), None, 0
     for batch in batches:
@@ -70,7 +93,7 @@ def binary_copy(batches: Iterable[pa.RecordBatch], batch_id: int, writer: str) -
             continue
         tagged = with_tags(batch, batch_id, writer)
         if encoder is None:
-            encoder = ArrowToPostgresBinaryEncoder(tagged.schema)
+            encoder = _encoder(tagged.schema, jsonb)
             buffer.write(encoder.write_header())
         buffer.write(encoder.write_batch(tagged))
         rows += batch.num_rows
@@ -93,7 +116,7 @@ def stage_partition(dsn: str, target: StageTarget, nonce: str, batch_id: int, fa
         context = TaskContext.get()
         assert context is not None, "stage_partition runs inside a Spark task"
         writer = writer_tag(nonce, context.taskAttemptId())
-        buffer, written = binary_copy(batches, batch_id, writer)
+        buffer, written = binary_copy(batches, batch_id, writer, target.jsonb)
         if written:
             copy_into_stage(dsn, target.copy_sql, buffer)
             if target.kind == "sink" and context.attemptNumber() == 0:

@@ -1,12 +1,13 @@
 """Tombstones (records whose value is null) on the Spark side: which become dead letters, and how the others
 are staged beside the transform's rows (docs/deletes.md).
 
-A sink without deletes (or an accumulate sink: only a replace sink takes them) sends every tombstone to the
-dead letters with the reason. A sink with deletes stages each tombstone as a row of the transform's shape,
-skipping the transform: its sink key from the record's parsed `key` (a struct's fields named like sink.key,
-or one scalar for a one-column sink key, cast to the key column's type), its source position, its order
-value (a header or the record's timestamp) and DELETED_COLUMN true; every other column NULL. A tombstone
-whose key gives no sink key is a dead letter too. The process step and the verifier's recompute share this.
+A sink without deletes (only a replace sink takes them) sends every tombstone to the dead letters with the
+reason (reader.TOMBSTONE), unless its value format passes null values. A sink with deletes stages each
+tombstone as a row of the transform's shape, skipping the transform: its sink key from the record's parsed
+`key` (a struct's fields named like sink.key, or one scalar for a one-column sink key, cast to the key
+column's type), its source position, its order value (a header or the record's timestamp) and DELETED_COLUMN
+true; every other column NULL. A tombstone whose key gives no sink key is a dead letter. The process step
+and the verifier's recompute share this.
 """
 
 from __future__ import annotations
@@ -17,22 +18,14 @@ from typing import TYPE_CHECKING, Any
 from eosbatch.ledger.exceptions import SinkError
 from eosbatch.ledger.sinks.names import DELETED_COLUMN
 from eosbatch.pipeline import Pipeline
-from eosbatch.spark.reader import ERROR_COLUMN
+from eosbatch.spark.reader import ERROR_COLUMN, INTERNAL_COLUMNS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
-NOT_TAKEN = "value is null (a tombstone) and sink.deletes is not set"
-NOT_TAKEN_ACCUMULATE = "value is null (a tombstone) and an accumulate sink does not delete"
 NO_KEY = "value is null (a tombstone) and its key gives no sink.key {}"
 POSITION = ("topic", "partition", "offset")
-
-
-def reads_headers(pipeline: Pipeline) -> bool:
-    """Whether the reader must keep the records' headers for the tombstones' order values."""
-    deletes = pipeline.sink.deletes
-    return deletes is not None and deletes.order_header is not None
 
 
 def records(good: DataFrame, pipeline: Pipeline) -> DataFrame:
@@ -43,21 +36,21 @@ def records(good: DataFrame, pipeline: Pipeline) -> DataFrame:
 
 
 def classified(parsed: DataFrame, pipeline: Pipeline, transform: Callable[[DataFrame], DataFrame]) -> DataFrame:
-    """`parsed` with ERROR_COLUMN set for every tombstone that cannot delete (a reason already set, such as
-    a key that did not parse, stays). `transform` is applied, lazily, only to learn the sink key's types."""
+    """`parsed` (reader.parse: a tombstone is a dead letter, reader.TOMBSTONE, unless its format passes null
+    values) as a sink with deletes takes it: a tombstone is well-formed when its key gives the sink key, else
+    a dead letter naming sink.key. `transform` is applied, lazily, only to learn the sink key's types."""
     from pyspark.sql import functions as F
 
-    tombstone = F.col("value").isNull()
     if pipeline.sink.deletes is None:
-        reason = F.lit(NOT_TAKEN_ACCUMULATE if pipeline.sink.mode == "accumulate" else NOT_TAKEN)
-    else:
-        probe = transform(parsed.where(F.col(ERROR_COLUMN).isNull() & ~tombstone).drop(ERROR_COLUMN))
-        keys = sink_keys(parsed.schema["key"].dataType, pipeline, probe.schema)
-        missing = F.lit(False)
-        for column in keys.values():
-            missing = missing | column.isNull()
-        reason = F.when(missing, F.lit(NO_KEY.format(list(pipeline.sink.key))))
-    return parsed.withColumn(ERROR_COLUMN, F.coalesce(F.col(ERROR_COLUMN), F.when(tombstone, reason)))
+        return parsed
+    tombstone = F.col("value").isNull()
+    probe = transform(parsed.where(F.col(ERROR_COLUMN).isNull() & ~tombstone).drop(*INTERNAL_COLUMNS))
+    keys = sink_keys(parsed.schema["key"].dataType, pipeline, probe.schema)
+    missing = F.lit(False)
+    for column in keys.values():
+        missing = missing | column.isNull()
+    reason = F.when(missing, F.lit(NO_KEY.format(list(pipeline.sink.key))))
+    return parsed.withColumn(ERROR_COLUMN, F.when(tombstone, reason).otherwise(F.col(ERROR_COLUMN)))
 
 
 def sink_keys(key_type: DataType, pipeline: Pipeline, result: StructType) -> dict[str, Column]:

@@ -1,6 +1,7 @@
 """The embedded local stack: a real Kafka broker, a real PostgreSQL cluster, a Spark Connect server (the
 long-lived engine) and the Spark Kafka connector jars; on request (`--spark-cluster`, EOSBATCH_SPARK_CLUSTER=1)
-also a Spark standalone cluster (a master and two workers) with a second Connect server whose master it is.
+also a Spark standalone cluster (a master and two workers) with a second Connect server whose master it is, and
+(`--schema-registry`, EOSBATCH_SCHEMA_REGISTRY=1) a Confluent-compatible Schema Registry (Apicurio Registry).
 
 All state lives under one folder (`EOSBATCH_HOME`, default `.eosbatch/` in the checkout).
 """
@@ -17,14 +18,17 @@ from eosbatch.stack import maven
 from eosbatch.stack.exceptions import StackError
 from eosbatch.stack.kafka import KafkaBroker
 from eosbatch.stack.postgres import PostgresCluster, find_bindir
+from eosbatch.stack.schema_registry import APICURIO_REGISTRY_VERSION, SchemaRegistryServer
 from eosbatch.stack.spark_cluster import ClusterStatus, SparkCluster
 from eosbatch.stack.spark_connect import SparkConnectServer
-from eosbatch.stack.versions import KAFKA_VERSION, PYSPARK_VERSION, SPARK_KAFKA_CONNECTOR
+from eosbatch.stack.versions import KAFKA_VERSION, PYSPARK_VERSION, SPARK_AVRO, SPARK_KAFKA_CONNECTOR
 
 __all__ = ["StackError", "StackInfo", "up", "down", "status", "env", "home", "connector_jars", "cluster_up",
            "cluster_down", "cluster_wanted"]
 
 SPARK_CLUSTER = "EOSBATCH_SPARK_CLUSTER"  # 1: `up` also starts the cluster, and the exports point at it
+SCHEMA_REGISTRY = "EOSBATCH_SCHEMA_REGISTRY"  # 1: `up` also starts the schema registry, and exports its URL
+SCHEMA_REGISTRY_URL = "EOSBATCH_SCHEMA_REGISTRY_URL"  # the export: its Confluent-compatible API's base URL
 
 
 class StackInfo(NamedTuple):
@@ -42,11 +46,16 @@ class StackInfo(NamedTuple):
     spark_cluster_connect_pid: int | None = None
     on_cluster: bool = False  # the exports send batches to the cluster's Connect server
     spark_connect_supervisor_pid: int | None = None  # what restarts the Connect server when it dies
+    schema_registry_url: str = ""  # "": not wanted and not running
+    schema_registry_pid: int | None = None
 
     def env(self) -> dict[str, str]:
         remote = self.spark_cluster_remote if self.on_cluster else self.spark_remote
-        return {config.DATABASE_URL: self.database_url, config.KAFKA_BOOTSTRAP: self.kafka_bootstrap,
-                config.SPARK_REMOTE: remote, config.SPARK_JARS: ",".join(self.spark_jars)}
+        exports = {config.DATABASE_URL: self.database_url, config.KAFKA_BOOTSTRAP: self.kafka_bootstrap,
+                   config.SPARK_REMOTE: remote, config.SPARK_JARS: ",".join(self.spark_jars)}
+        if self.schema_registry_url:
+            exports[SCHEMA_REGISTRY_URL] = self.schema_registry_url
+        return exports
 
 
 def home() -> Path:
@@ -70,12 +79,44 @@ def _parts(root: Path) -> tuple[KafkaBroker, PostgresCluster, SparkConnectServer
 
 
 def cluster_wanted() -> bool:
-    raw = os.environ.get(SPARK_CLUSTER, "").strip().lower()
+    return _flag(SPARK_CLUSTER)
+
+
+def registry_wanted() -> bool:
+    return _flag(SCHEMA_REGISTRY)
+
+
+def _flag(name: str) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
     if raw in ("", "0", "false", "no"):
         return False
     if raw in ("1", "true", "yes"):
         return True
-    raise config.ConfigError(SPARK_CLUSTER, f"must be 1 or 0, got {raw!r}")
+    raise config.ConfigError(name, f"must be 1 or 0, got {raw!r}")
+
+
+def registry_server(root: Path | None = None) -> SchemaRegistryServer:
+    """The stack's schema registry (by default on port 18081; EOSBATCH_SCHEMA_REGISTRY_PORT)."""
+    # its Confluent API's port on 127.0.0.1 (its management interface, health and metrics, on the next one)
+    return SchemaRegistryServer(root or home(), _port("EOSBATCH_SCHEMA_REGISTRY_PORT", 18081))
+
+
+def registry_up(log=print) -> str:  # type: ignore[no-untyped-def]
+    """Fetch (once), start (when stopped) and wait for the schema registry; its Confluent API's URL."""
+    root = home()
+    server = registry_server(root)
+    started = time.monotonic()
+    server.start(server.install(root / "cache"))
+    server.wait_ready()
+    log(f"schema-registry: ready on {server.url} ({time.monotonic() - started:.1f}s)")
+    return server.url
+
+
+def registry_down(log=print) -> bool:  # type: ignore[no-untyped-def]
+    stopped = registry_server().stop()
+    if stopped:
+        log("schema-registry: stopped")
+    return stopped
 
 
 def _cluster_parts(root: Path) -> tuple[SparkCluster, SparkConnectServer]:
@@ -97,17 +138,23 @@ def add_password_role(role: str, password: str, database: str) -> str:
     return _parts(home())[1].add_password_role(role, password, database)
 
 
+# The Spark jars a batch needs beyond PySpark's own, by cache folder: the Kafka connector, and spark-avro.
+def _jar_sets() -> dict[str, list[str]]:
+    return {f"spark-kafka-{PYSPARK_VERSION}": SPARK_KAFKA_CONNECTOR, f"spark-avro-{PYSPARK_VERSION}": SPARK_AVRO}
+
+
 def connector_jars(root: Path | None = None) -> list[Path]:
-    """The spark-sql-kafka connector and its dependencies, minus what PySpark already ships."""
+    """The spark-sql-kafka connector and its dependencies, and spark-avro (eosbatch.formats.Avro), minus what
+    PySpark already ships."""
     root = root or home()
     cache = root / "cache"
     cache.mkdir(parents=True, exist_ok=True)
-    folder = maven.resolve(f"spark-kafka-{PYSPARK_VERSION}", SPARK_KAFKA_CONNECTOR, cache, cache / "maven.log",
-                           transitive=False)
+    folders = [maven.resolve(name, coordinates, cache, cache / "maven.log", transitive=False)
+               for name, coordinates in _jar_sets().items()]
     import pyspark
 
     shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    return [jar for jar in maven.jars(folder) if _artifact(jar.name) not in shipped]
+    return [jar for folder in folders for jar in maven.jars(folder) if _artifact(jar.name) not in shipped]
 
 
 def _artifact(file_name: str) -> str:
@@ -119,10 +166,13 @@ def _artifact(file_name: str) -> str:
     return "-".join(parts) or stem
 
 
-def up(log=print, spark_cluster: bool | None = None) -> StackInfo:  # type: ignore[no-untyped-def]
+def up(log=print, spark_cluster: bool | None = None,  # type: ignore[no-untyped-def]
+       schema_registry: bool | None = None) -> StackInfo:
     """Install what is missing, start what is stopped, and return once every service is usable; with
-    `spark_cluster` (None: EOSBATCH_SPARK_CLUSTER decides) the cluster too, and the exports point at it."""
+    `spark_cluster` (None: EOSBATCH_SPARK_CLUSTER decides) the cluster too, and the exports point at it; with
+    `schema_registry` (None: EOSBATCH_SCHEMA_REGISTRY decides) the schema registry too, and its URL is exported."""
     on_cluster = cluster_wanted() if spark_cluster is None else spark_cluster
+    with_registry = registry_wanted() if schema_registry is None else schema_registry
     root = home()
     root.mkdir(parents=True, exist_ok=True)
     kafka, postgres, connect = _parts(root)
@@ -144,7 +194,9 @@ def up(log=print, spark_cluster: bool | None = None) -> StackInfo:  # type: igno
             "supervises it again")
     if on_cluster:
         cluster_up(log)
-    return status(on_cluster)
+    if with_registry:
+        registry_up(log)
+    return status(on_cluster, with_registry)
 
 
 def cluster_up(log=print) -> ClusterStatus:  # type: ignore[no-untyped-def]
@@ -176,30 +228,37 @@ def cluster_down(log=print) -> None:  # type: ignore[no-untyped-def]
 
 def down(log=print) -> None:  # type: ignore[no-untyped-def]
     cluster_down(log)
+    registry_down(log)
     kafka, postgres, connect = _parts(home())
     log("spark-connect: stopped" if connect.stop() else "spark-connect: was not running")
     log("kafka: stopped" if kafka.stop() else "kafka: was not running")
     log("postgres: stopped" if postgres.stop(find_bindir()) else "postgres: was not running")
 
 
-def status(on_cluster: bool | None = None) -> StackInfo:
+def status(on_cluster: bool | None = None, schema_registry: bool | None = None) -> StackInfo:
     """What runs; `on_cluster` (None: EOSBATCH_SPARK_CLUSTER decides): whether the exports (env()) point at
-    the cluster's Connect server instead of the local one."""
+    the cluster's Connect server instead of the local one; the schema registry's URL is there when it is wanted
+    (`schema_registry`, None: EOSBATCH_SCHEMA_REGISTRY decides) or runs."""
     root = home()
     on_cluster = cluster_wanted() if on_cluster is None else on_cluster
+    registry = registry_server(root)
+    registry_pid = registry.pid()
+    with_registry = registry_wanted() if schema_registry is None else schema_registry
     kafka, postgres, connect = _parts(root)
     cluster, cluster_connect = _cluster_parts(root)
     found = cluster.status()
     bindir = find_bindir()
     versions = {"kafka": KAFKA_VERSION, "pyspark": PYSPARK_VERSION,
-                "postgres": postgres.version(bindir) if bindir else "not installed"}
+                "postgres": postgres.version(bindir) if bindir else "not installed",
+                "schema-registry": APICURIO_REGISTRY_VERSION}
     return StackInfo(root, postgres.url, kafka.bootstrap, kafka.pid(), postgres.pid(), versions, connect.url,
                      connect.pid(), tuple(str(j) for j in resolved_connector_jars(root)),
                      found if on_cluster or found.running or cluster_connect.pid() else None, cluster_connect.url,
-                     cluster_connect.pid(), on_cluster, connect.supervisor_pid())
+                     cluster_connect.pid(), on_cluster, connect.supervisor_pid(),
+                     registry.url if with_registry or registry_pid else "", registry_pid)
 
 
 def resolved_connector_jars(root: Path) -> list[Path]:
     """The connector jars once `up` fetched them (without asking Maven); [] before."""
-    folder = root / "cache" / f"spark-kafka-{PYSPARK_VERSION}"
-    return connector_jars(root) if (folder / maven.DONE).exists() else []
+    done = all((root / "cache" / name / maven.DONE).exists() for name in _jar_sets())
+    return connector_jars(root) if done else []

@@ -13,9 +13,11 @@ DONE = ".complete"
 
 
 def _gav(coordinate: str) -> str:
-    group, artifact, version = coordinate.split(":")
+    """`group:artifact:version[:type[:classifier]]` (a distribution such as `...:tar.gz:all` has both)."""
+    group, artifact, version, *rest = coordinate.split(":")
+    extra = "".join(f"<{tag}>{escape(value)}</{tag}>" for tag, value in zip(("type", "classifier"), rest, strict=False))
     return (f"<groupId>{escape(group)}</groupId><artifactId>{escape(artifact)}</artifactId>"
-            f"<version>{escape(version)}</version>")
+            f"<version>{escape(version)}</version>{extra}")
 
 
 def _pom(name: str, coordinates: list[str], transitive: bool) -> str:
@@ -60,6 +62,11 @@ def resolve(name: str, coordinates: list[str], cache: Path, log: Path, transitiv
     shutil.rmtree(work, ignore_errors=True)
     (target / DONE).write_text("\n".join(coordinates) + "\n")
     return target
+
+
+def files(folder: Path, suffix: str) -> list[Path]:
+    """What `resolve` copied into `folder` whose names end with `suffix` (e.g. a distribution's `.tar.gz`)."""
+    return sorted(p for p in folder.iterdir() if p.name.endswith(suffix))
 
 
 def jars(folder: Path) -> list[Path]:

@@ -9,6 +9,11 @@ SCALA_BINARY = "2.13"
 PYSPARK_VERSION = installed_pyspark()
 LOG4J_VERSION = "2.24.3"
 SLF4J_VERSION = "2.0.17"
+# A Confluent-compatible Schema Registry for `stack up --schema-registry`: Apicurio Registry's own server
+# distribution (the Quarkus fast-jar its release attaches to the app's Maven artifact as `-all.tar.gz`), run on
+# in-memory H2. Its classes are Java 21 (class file 65): it needs a JDK >= 21 (eosbatch.stack.schema_registry).
+APICURIO_REGISTRY_VERSION = "3.3.3"
+APICURIO_REGISTRY_DISTRIBUTION = f"io.apicurio:apicurio-registry-app:{APICURIO_REGISTRY_VERSION}:tar.gz:all"
 
 KAFKA_BROKER = [
     f"org.apache.kafka:kafka_{SCALA_BINARY}:{KAFKA_VERSION}",
@@ -24,3 +29,7 @@ SPARK_KAFKA_CONNECTOR = [
     "org.apache.kafka:kafka-clients:3.9.2",
     "org.apache.commons:commons-pool2:2.13.1",
 ]
+# spark-avro's from_avro decodes Avro values and keys (eosbatch.formats.Avro) in the JVM. Like the Kafka connector,
+# a jar of Spark itself: the exact Spark version of the installed PySpark. Its own dependencies (avro, avro-mapred,
+# xz) are among PySpark's jars. A folder of its own in the cache, so that a cache fetched before it stays valid.
+SPARK_AVRO = [f"org.apache.spark:spark-avro_{SCALA_BINARY}:{PYSPARK_VERSION}"]

@@ -8,7 +8,7 @@ import psycopg2.errors
 from eosbatch import faults
 from eosbatch.context import Context, quiet
 from eosbatch.kafka import offsets
-from eosbatch.ledger import claims, commits, lanes, positions, sinks, store
+from eosbatch.ledger import claims, commits, lanes, positions, redrive, sinks, store
 from eosbatch.ledger.exceptions import NotStaged, OffsetMismatch, RangeConflict, StagingLost
 from eosbatch.protocol.backfill import offset_moves
 from eosbatch.protocol.states import claims_coverage
@@ -38,6 +38,9 @@ def commit_once(ctx: Context, batch_id: int) -> tuple[store.Batch, bool]:
             moves = offset_moves(batch.kind, batch.ranges, positions.next_offsets(cur, pipeline.name, lock=True))
             if moves.problem:
                 raise OffsetMismatch(f"batch {batch_id}: {moves.problem}")
+            if batch.kind == "redrive" and (taken := redrive.already_redriven(cur, batch_id)):
+                raise RangeConflict(f"batch {batch_id}: dead letters {taken[:5]} were redriven by another batch "
+                                    "since it was planned; run the redrive again")
             if missing := sinks.missing_staged(cur, pipeline, batch):
                 raise StagingLost(f"batch {batch_id}: its staged rows are gone ({'; '.join(missing[:3])}"
                                   f"{'; ...' if len(missing) > 3 else ''}): PostgreSQL restarted since it was "
@@ -52,6 +55,8 @@ def commit_once(ctx: Context, batch_id: int) -> tuple[store.Batch, bool]:
             moved = sinks.move_to_sink(cur, pipeline, batch, with_outbox=batch.publish, max_record_bytes=limit)
             dead = sinks.copy_dead_letters(cur, pipeline.name, batch_id, batch.writer_tags("dead_letters"))
             dead += moved.too_big
+            # A redrive's dead letters that it did not record again went through: marked in this commit.
+            redriven = redrive.mark_redriven(cur, batch_id) if batch.kind == "redrive" else None
             positions.set_next_offsets(cur, pipeline.name, moves.moves)
             sequence = store.next_commit_seq(cur, pipeline.name)
             store.set_state(cur, batch, "committed", sink_rows=moved.sink_rows, dead_letters=dead,
@@ -66,5 +71,6 @@ def commit_once(ctx: Context, batch_id: int) -> tuple[store.Batch, bool]:
     faults.point("commit.after_commit")
     ctx.metrics.committed(pipeline.name, batch.kind, batch.records_read or 0, moved.sink_rows, dead)
     log(f"batch {batch_id}: committed {moved.sink_rows} sink rows, {dead} dead letters, "
-        f"{moved.outbox} output records (commit #{sequence})")
+        f"{moved.outbox} output records (commit #{sequence})"
+        + (f"; {redriven} dead letters redriven" if redriven is not None else ""))
     return batch, True

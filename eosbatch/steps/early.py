@@ -18,7 +18,7 @@ from eosbatch.protocol import early
 from eosbatch.protocol.recovery import marker_metadata
 from eosbatch.protocol.states import lane
 from eosbatch.steps.committing import commit, commit_once
-from eosbatch.steps.publishing import OUTBOX_CHUNK, finalize, publish
+from eosbatch.steps.publishing import OUTBOX_CHUNK, finalize, publish, record_shape
 from eosbatch.steps.shared import check_output_topic, transactional_id
 
 
@@ -46,6 +46,9 @@ def commit_and_publish(ctx: Context, batch_id: int) -> store.Batch:
         if batch.state == "staged" and batch.publish and lane(batch.kind) == "regular":
             lanes.check_lane_epoch(cur, batch, batch.epoch)  # a resumed zombie stops before fencing anyone
             query = sinks.early_outbox_query(cur, pipeline, batch)
+            if query is None and (why_not := sinks.early_refusal(cur, pipeline, batch)):
+                log(f"batch {batch_id}: not published early ({why_not}); committing, then publishing from "
+                    "the outbox")
             sequence = commits.upcoming_commit_seq(cur, pipeline.name)
     staged: dict[str, Any] = dict(batch.writers or {}) if query is not None else {}
     if tombstones := int(staged.get("tombstones") or 0):
@@ -64,7 +67,8 @@ def commit_and_publish(ctx: Context, batch_id: int) -> store.Batch:
     def produce(publisher: TransactionalPublisher) -> None:
         chunks = stream.chunks(settings, query, params, OUTBOX_CHUNK, text_as_bytes=True)
         try:
-            produced["count"] = publisher.produce(topic, record.outgoing(chunks, pipeline.source.topics, headers), [])
+            produced["count"] = publisher.produce(
+                topic, record.outgoing(chunks, pipeline.source.topics, headers, *record_shape(pipeline)), [])
         except BaseException as exc:  # noqa: BLE001 - the commit decides; this only drops the early publish
             produced["error"] = f"{type(exc).__name__}: {exc}"  # not the exception: its frames hold the stream
         finally:

@@ -3,7 +3,7 @@ the ledger marks it published and drops its staging and outbox rows."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from psycopg2 import sql
@@ -12,11 +12,12 @@ from eosbatch import config, faults
 from eosbatch.bulk import paused_gc
 from eosbatch.context import Context
 from eosbatch.exceptions import Fenced, TerminalError
-from eosbatch.kafka import marker, record
+from eosbatch.kafka import avro, marker, record
 from eosbatch.kafka.exceptions import MarkerExpired
 from eosbatch.kafka.publisher import publishing
 from eosbatch.kafka.record import Headers, Outgoing
 from eosbatch.ledger import cleanup, lanes, sinks, store, stream
+from eosbatch.outputs import AvroValue
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol.recovery import marker_metadata, publish_action
 from eosbatch.steps.shared import check_output_topic, transactional_id
@@ -40,11 +41,21 @@ def _outbox(settings: config.Settings, pipeline: Pipeline, batch: store.Batch, c
         return
     if batch.outbox_columns is not None:
         query: sql.Composable = sinks.outbox_query(pipeline, batch.outbox_columns)
+        copied, encode = record_shape(pipeline)
     else:  # committed before the typed outbox (ledger revision 0008): its records are JSON already
-        query = sinks.json_outbox_query()
+        query, copied, encode = sinks.json_outbox_query(), (), None
     # Text as bytes, numbers rendered by the server: no decoding and encoding per field here.
     yield from record.outgoing(stream.chunks(settings, query, (batch.id,), OUTBOX_CHUNK, text_as_bytes=True),
-                               pipeline.source.topics, common)
+                               pipeline.source.topics, common, copied, encode)
+
+
+def record_shape(pipeline: Pipeline) -> tuple[tuple[str, ...], Callable[[Sequence[Any]], bytes] | None]:
+    """The headers a record copies (names, in the order outbox.py selects their columns) and the function
+    encoding its value (None: the value is JSON text already)."""
+    output = pipeline.output
+    assert output is not None
+    encode = avro.encoder(output.value) if isinstance(output.value, AvroValue) else None
+    return tuple(output.headers), encode
 
 
 def _legacy_outbox(connection: Any, pipeline: Pipeline, batch: store.Batch, common: Headers

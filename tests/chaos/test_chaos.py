@@ -26,6 +26,7 @@ from eosbatch import config
 from eosbatch.ledger import lanes, store
 from tests.chaos.control import ROOT, end_exactly_once, wait_until
 from tests.chaos.control import session as control_session
+from tests.redriving import Redrive
 from tests.scenario import Scenario
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
@@ -42,6 +43,7 @@ PG_CRASH = [
     ("commit.after_commit", "totals", "committed", "commit"),
     ("publish.mid_produce", "totals", "committed", "publish"),     # a Kafka transaction left open
     ("publish.after_kafka_commit", "latest", "committed", "publish"),
+    ("publish.mid_produce", "events", "committed", "publish"),     # append: committed, then published once
     # A sink with deletes, two batches: the fault acts in the second, whose tombstones delete the first's rows.
     ("commit.after_commit", "deletes", "committed", "commit"),     # a COMMIT that deleted rows and left markers
     ("publish.mid_produce", "deletes", "committed", "publish"),    # tombstones in the open Kafka transaction
@@ -96,7 +98,7 @@ def assert_failures_are_clear(results: list[dict[str, Any]]) -> None:
 
 @pytest.mark.parametrize("recovery", ["run", "retry"])
 @pytest.mark.parametrize(("point", "kind", "left", "task"), PG_CRASH,
-                         ids=[p[0] + ("+deletes" if p[1] == "deletes" else "") for p in PG_CRASH])
+                         ids=[p[0] + {"events": "-append", "deletes": "+deletes"}.get(p[1], "") for p in PG_CRASH])
 def test_postgres_crash_at_fault_point_then_recovery(settings, unique, services, runners, point, kind, left, task,
                                                      recovery):
     """The runner is frozen at `point`; PostgreSQL stops like a power cut and restarts (crash recovery empties
@@ -144,19 +146,23 @@ def _deleted_rows(settings, batch_id: int) -> int:
 
 # EOSBATCH_EARLY_PUBLISH: the batch's Kafka transaction is filled while PostgreSQL commits it
 EARLY = [
-    ("commit.before_commit", "staged"),     # records in the open Kafka transaction, the COMMIT never sent
-    ("commit.after_commit", "committed"),   # COMMIT done, the Kafka transaction still open
-    ("publish.mid_produce", None),          # the producing thread, all records flushed; the commit may be done
+    ("commit.before_commit", "staged", "latest"),  # records in the open Kafka transaction, the COMMIT never sent
+    ("commit.after_commit", "committed", "latest"),  # COMMIT done, the Kafka transaction still open
+    ("publish.mid_produce", None, "latest"),  # the producing thread, all records flushed; the commit may be done
+    # the same with an Avro output, a composite key and a copied header (docs/output.md): the early records and
+    # the outbox's, published after recovery, are the same bytes
+    ("publish.mid_produce", None, "latest_avro"),
 ]
 
 
-@pytest.mark.parametrize(("point", "left"), EARLY, ids=[e[0] for e in EARLY])
-def test_postgres_crash_mid_early_publish_then_recovery(settings, unique, services, runners, point, left):
+@pytest.mark.parametrize(("point", "left", "kind"), EARLY,
+                         ids=[e[0] + ("" if e[2] == "latest" else f"-{e[2]}") for e in EARLY])
+def test_postgres_crash_mid_early_publish_then_recovery(settings, unique, services, runners, point, left, kind):
     """The runner is frozen inside an early publish (its Kafka transaction open, the commit beside it at
     `point`); PostgreSQL stops like a power cut and restarts; the runner is SIGKILLed. The next run's
     init_transactions() aborts the open transaction: the batch is planned again, or published from its
     outbox, once."""
-    scenario = Scenario(settings, unique, "latest", records=RECORDS, batch=BATCH)
+    scenario = Scenario(settings, unique, kind, records=RECORDS, batch=BATCH)
     scenario.env_overrides[config.EARLY_PUBLISH] = "1"
     first = runners.start(scenario, fault=f"{point}:stop")
     first.stopped_at(point)
@@ -290,3 +296,32 @@ def test_spark_connect_server_sigkilled_mid_batch_then_restarted(settings, uniqu
     done = scenario.run()
     assert done.returncode == 0, done.stderr[-3000:]
     end_exactly_once(scenario)
+
+
+# ---------------------------------------------------------------- e. a redrive of dead letters
+
+# point, the redrive batch's state once PostgreSQL is back
+REDRIVE_CRASH = [
+    ("commit.after_commit", "committed"),  # the sink rows and the redriven marks are in; publish is left
+]
+
+
+@pytest.mark.parametrize(("point", "left"), REDRIVE_CRASH, ids=[r[0] for r in REDRIVE_CRASH])
+def test_postgres_crash_mid_redrive_then_redrive_again(settings, unique, services, runners, point, left):
+    """`eosbatch dead-letters redrive` is frozen at `point` after the schema fix; PostgreSQL stops like a power
+    cut and restarts; the runner is SIGKILLed. The same redrive again settles the batch (its lane's recovery)
+    and chooses only what is left: each dead letter goes through once, the broken ones stay with the new reason."""
+    scenario = Redrive(settings, unique)
+    scenario.ok("run", scenario.pipeline, fixed=False)
+    first = runners.start(scenario, "dead-letters", "redrive", scenario.pipeline, "--all", "--yes",
+                          fault=f"{point}:stop")
+    first.stopped_at(point)
+    services.crash_postgres()
+    first.kill()
+    assert first.fired_points() == [point]
+    [regular, (batch_id, kind, state)] = scenario.batches()
+    assert (kind, state) == ("redrive", left) and regular[2] == "published"
+    done = scenario.redrive("--all", "--yes")
+    assert done["redriven"] == 0 and done["dead_letters"] == 4, done  # only the broken ones were left to choose
+    scenario.assert_exactly_once(fixed=True)
+    assert {by for _, _, by, _ in scenario.dead_letters().values() if by is not None} == {batch_id}

@@ -63,3 +63,33 @@ def test_the_size_bound_is_never_below_the_exact_size(settings, unique) -> None:
     for bound, size in sizes:
         assert bound >= size, (bound, size)
     assert any(size > 10_000 for _, size in sizes)  # the rows really are large and escaped
+
+
+def test_the_bound_holds_with_a_composite_key_and_copied_headers(settings, unique) -> None:
+    """The bound the commit checks first (rendering.record_fits' CASE) against the exact size of the record's
+    value, composite key (the JSON of its columns) and copied headers, for the same rows."""
+    from eosbatch import KafkaOutput
+    from eosbatch.ledger.sinks import rendering
+
+    table = sql.Identifier("public", f"size_bound_{unique}")
+    names = list(COLUMNS)
+    output = KafkaOutput("out", key=["plain", "n", "ts", "raw", "i", "day"],
+                         headers={"h1": "k", "h2": "raw"})
+    with store.transaction(settings) as cur:
+        cur.execute("SET LOCAL TimeZone = 'Asia/Kathmandu'")
+        cur.execute(sql.SQL("CREATE TABLE {} ({})").format(table, sql.SQL(", ").join(
+            sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in COLUMNS.items())))
+        for row in ROWS:
+            cur.execute(sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+                table, sql.SQL(", ").join(map(sql.Identifier, names)),
+                sql.SQL(", ").join(sql.Placeholder() * len(names))), row)
+        typed = sinks.result_columns(cur, sql.SQL("SELECT * FROM {}").format(table), {})
+        bound = rendering.record_fits(typed, output).seq[1]  # CASE WHEN <bound> <= ...: the cheap bound
+        cur.execute(sql.SQL("SELECT {}, {}, octet_length({}), octet_length(row_to_json(r.*)::text) "
+                            "+ coalesce(octet_length(r.k), 0) + coalesce(octet_length(r.raw), 0) + 4 FROM {} r").format(
+            bound, rendering.record_size(output), rendering.key(output, "r"), table))
+        sizes = cur.fetchall()
+        cur.execute(sql.SQL("DROP TABLE {}").format(table))
+    for cheap, measured, key, exact in sizes:
+        assert cheap >= measured >= key + exact, (cheap, measured, key, exact)  # exact: headers' names too
+    assert any(key > 1_000 for _, _, key, _ in sizes)  # the keys really are large and escaped

@@ -60,7 +60,7 @@ def test_records_published_from_the_typed_outbox_are_the_ones_the_commit_rendere
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}, {}").format(sink, sinks.outbox_table(pipeline)))
     assert len(published) == len(rows) and len(before) == len(rows)
     assert sorted(int(seq) for seq, *_ in published) == list(range(1, len(rows) + 1))
-    for _, key, value, topic, partition, offset in published:
+    for _, key, topic, partition, offset, value in published:
         assert value == before[key]
         assert topic is None  # one source topic: publish names it, as before
         assert (int(partition), int(offset)) in {(r[-2], r[-1]) for r in rows if r[0] == key}

@@ -1,5 +1,6 @@
-"""The test pipelines over one input topic `crash_in_<suffix>`, one per sink mode, built by `make` for
-the modules that name their suffixes (tests/pipelines/crash.py, scheduled.py)."""
+"""The test pipelines over one input topic `crash_in_<suffix>`, one per sink mode, built by `make` (and
+`make_events`, the append sink's, for an eosbatch that has one) for the modules that name their suffixes
+(tests/pipelines/crash.py, scheduled.py)."""
 
 import functools
 from collections.abc import Callable, Iterator
@@ -72,4 +73,32 @@ def make_deletes(suffix: str, batch: int = 1500, start: str = "earliest") -> Pip
         transform=to_latest,
         sink=PostgresSink(table=f"crash_deletes_{suffix}", key=["order_id"], deletes=Deletes()),
         output=KafkaOutput(topic=f"crash_deletes_out_{suffix}", key="order_id"),
+    )
+
+
+def to_events(orders: Any) -> Any:
+    """Each order as two ledger entries (a debit and a credit): a record the transform makes two rows of, kept
+    at its source position, for the append sink."""
+    from pyspark.sql import functions as F
+
+    side = F.explode(F.array(F.lit("credit"), F.lit("debit"))).alias("side")
+    entries = orders.select("topic", "partition", "offset", "order_id", "customer_id", "amount", side)
+    signed = F.when(F.col("side") == "debit", -F.col("amount")).otherwise(F.col("amount"))
+    return entries.withColumn("amount", signed)
+
+
+def make_events(suffix: str, batch: int = 1500, start: str = "earliest") -> Pipeline | None:
+    """crash_events_<suffix>: the orders' ledger entries appended (an append sink); None for an eosbatch
+    without append sinks (the previous release loads this module too)."""
+    import eosbatch
+
+    if not hasattr(eosbatch, "BatchInfo"):
+        return None
+    return Pipeline(
+        name=f"crash_events_{suffix}",
+        source=KafkaSource(topics=[f"crash_in_{suffix}"], max_records_per_batch=batch, value_schema=ORDER_SCHEMA,
+                           starting_offsets=start),  # type: ignore[arg-type]
+        transform=to_events,
+        sink=PostgresSink(table=f"crash_events_{suffix}", mode="append"),  # type: ignore[call-arg]
+        output=KafkaOutput(topic=f"crash_events_out_{suffix}", key="order_id"),
     )

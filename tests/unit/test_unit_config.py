@@ -249,6 +249,13 @@ def test_spark_jars_must_be_built_for_the_installed_pyspark(tmp_path) -> None:
     with pytest.raises(ConfigError, match=rf"EOSBATCH_SPARK_JARS: {re.escape(older.name)} is built for Spark "
                                           rf"3\.5\.1, but the installed PySpark is {re.escape(installed)}"):
         load(env(EOSBATCH_SPARK_JARS=f"{connector},{older},{clients}"))
+    # spark-avro (eosbatch.formats.Avro) is a jar of Spark's own too: checked alike
+    avro, older_avro = tmp_path / f"spark-avro_2.13-{installed}.jar", tmp_path / "spark-avro_2.13-3.5.1.jar"
+    for jar in (avro, older_avro):
+        jar.write_bytes(b"")
+    assert load(env(EOSBATCH_SPARK_JARS=f"{connector},{avro}")).spark_jars == (str(connector), str(avro))
+    with pytest.raises(ConfigError, match=rf"{re.escape(older_avro.name)} is built for Spark 3\.5\.1"):
+        load(env(EOSBATCH_SPARK_JARS=f"{connector},{older_avro}"))
 
 
 def test_staging_writers_is_a_bounded_whole_number() -> None:

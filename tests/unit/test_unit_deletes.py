@@ -21,6 +21,7 @@ from eosbatch.ledger.sinks import (
     latest,
     markers,
     outbox,
+    rendering,
     statements,
 )
 from eosbatch.spark import recompute
@@ -123,10 +124,11 @@ def test_the_outbox_takes_stored_rows_and_deleted_ones_flagged() -> None:
 
 def test_the_statement_runs_every_write_and_counts_deleted_rows_as_sink_rows() -> None:
     p = deleting()
+    assert p.output is not None
     checked = statements.checked_rows(p, deletes.staged(COLUMNS), frozenset())
     assert ', "_eosbatch_deleted" DESC NULLS LAST, ' in render(checked)  # a tie goes to the tombstone
-    text = render(deletes.move(p, COLUMNS, COLUMNS, "regular", checked, statements.record_fits(
-        [Column("k", "text")], "k"), statements.upsert(p, COLUMNS, COLUMNS, "regular"),
+    text = render(deletes.move(p, COLUMNS, COLUMNS, "regular", checked, rendering.record_fits(
+        [Column("k", "text")], p.output), statements.upsert(p, COLUMNS, COLUMNS, "regular"),
         deletes.outbox_insert(p, COLUMNS), statements.key_text(p)))
     assert text.startswith("WITH all_rows AS (SELECT ")
     assert ' fitting AS (SELECT r.* FROM all_rows r WHERE CASE WHEN r."_eosbatch_deleted" OR CASE WHEN ' in text
@@ -139,8 +141,9 @@ def test_the_statement_runs_every_write_and_counts_deleted_rows_as_sink_rows() -
 
 def test_publish_sends_a_null_value_for_a_deleted_row() -> None:
     text = render(outbox.outbox_query(deleting(), ["k", "v", "partition", "offset", "_eosbatch_deleted"]))
-    assert text.startswith('SELECT q."_eosbatch_seq"::text, q."k"::text, CASE WHEN "q"."_eosbatch_deleted" THEN '
-                           'NULL ELSE row_to_json(r.*)::text END, NULL, "q"."partition"::text')
+    assert text.startswith('SELECT q."_eosbatch_seq"::text, "r"."k"::text, NULL, "q"."partition"::text, '
+                           '"q"."offset"::text, CASE WHEN "q"."_eosbatch_deleted" THEN NULL ELSE '
+                           'row_to_json(r.*)::text END FROM ')
     assert 'CROSS JOIN LATERAL (SELECT q."k", q."v", q."partition", q."offset") r ' in text  # not the flag
 
 
@@ -168,12 +171,12 @@ def test_verify_keeps_each_partitions_last_row_or_tombstone_and_compares_instant
 
 def test_a_record_over_the_limit_goes_to_the_dead_letters_beside_the_deletes() -> None:
     p = deleting()
-    fits = statements.record_fits([Column("k", "text")], "k")
-    rows, _ = statements.batch_rows(p, deletes.staged(COLUMNS), flagged=True)
     assert p.output is not None
+    fits = rendering.record_fits([Column("k", "text")], p.output)
+    rows, _ = statements.batch_rows(p, deletes.staged(COLUMNS), flagged=True)
     text = render(deletes.move_with_too_big(
         p, COLUMNS, COLUMNS, "regular", rows, fits, dead_letters.too_big(p, p.output, COLUMNS,
-                                                                         statements.record_size("k"), fits),
+                                                                         rendering.record_size(p.output), fits),
         statements.upsert(p, COLUMNS, COLUMNS, "regular"), deletes.outbox_insert(p, COLUMNS)))
     assert ' fitting AS (SELECT r.* FROM all_rows r WHERE r."_eosbatch_deleted" OR CASE WHEN ' in text
     assert " too_big AS (INSERT INTO eosbatch.dead_letters " in text and " removed AS (DELETE FROM " in text

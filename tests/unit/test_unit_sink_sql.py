@@ -9,7 +9,17 @@ from psycopg2 import sql
 
 from eosbatch import KafkaOutput, KafkaSource, Pipeline, PostgresSink
 from eosbatch.ledger.exceptions import SinkError
-from eosbatch.ledger.sinks import Column, KeyColumn, KeyColumns, SinkShape, dead_letters, modes, outbox, statements
+from eosbatch.ledger.sinks import (
+    Column,
+    KeyColumn,
+    KeyColumns,
+    SinkShape,
+    dead_letters,
+    modes,
+    outbox,
+    rendering,
+    statements,
+)
 from eosbatch.ledger.sinks.tables import validate_columns
 
 
@@ -131,17 +141,19 @@ def test_a_replace_sink_publishes_the_rows_it_stored() -> None:
         'SELECT %(batch)s, row_number() OVER (), c."k", c."we-ird""col" FROM "changed" c RETURNING 1')
 
 
-def test_outbox_queries_select_seq_key_value_and_the_source_in_that_order() -> None:
+def test_outbox_queries_select_seq_key_the_source_and_the_value_in_that_order() -> None:
     assert render(outbox.outbox_query(pipeline(output_key="v"), POSITIONED)) == (
-        'SELECT q."_eosbatch_seq"::text, q."v"::text, row_to_json(r.*)::text, NULL, "q"."partition"::text, '
-        '"q"."offset"::text FROM "eosbatch"."outbox_p" q CROSS JOIN LATERAL (SELECT q."k", q."v", q."we-ird""col", '
-        'q."partition", q."offset") r WHERE q."_eosbatch_batch" = %s')
+        'SELECT q."_eosbatch_seq"::text, "r"."v"::text, NULL, "q"."partition"::text, '
+        '"q"."offset"::text, row_to_json("r".*)::text FROM "eosbatch"."outbox_p" q CROSS JOIN LATERAL (SELECT q."k", '
+        'q."v", q."we-ird""col", q."partition", q."offset") r WHERE q."_eosbatch_batch" = %s')
     with_topic = render(outbox.outbox_query(pipeline(), ["k", "topic", "partition", "offset"]))
-    assert with_topic.startswith('SELECT q."_eosbatch_seq"::text, q."k"::text, row_to_json(r.*)::text, '
-                                 '"q"."topic"::text, "q"."partition"::text, "q"."offset"::text FROM ')
-    assert ', row_to_json(r.*)::text, NULL, NULL, NULL FROM ' in render(outbox.outbox_query(pipeline(), ["k", "v"]))
+    assert with_topic.startswith('SELECT q."_eosbatch_seq"::text, "r"."k"::text, '
+                                 '"q"."topic"::text, "q"."partition"::text, "q"."offset"::text, '
+                                 'row_to_json("r".*)::text FROM ')
+    assert ', NULL, NULL, NULL, row_to_json("r".*)::text FROM ' in render(
+        outbox.outbox_query(pipeline(), ["k", "v"]))
     assert render(outbox.json_outbox_query()) == (
-        "SELECT seq::text, key, value, source_topic, source_partition::text, source_offset::text "
+        "SELECT seq::text, key, source_topic, source_partition::text, source_offset::text, value "
         "FROM eosbatch.outbox WHERE batch_id = %s")
 
 
@@ -158,8 +170,9 @@ def test_the_early_query_casts_to_the_sink_s_types_with_their_typmods() -> None:
     query = outbox.early_query(pipeline(), shape(), ["k", "n2", "partition", "offset"])
     assert query is not None
     text = render(query)
-    assert text.startswith('SELECT (row_number() OVER ())::text, r."k"::text, row_to_json(r.*)::text, NULL, '
-                           '"r"."partition"::text, "r"."offset"::text FROM (SELECT DISTINCT ON ("k") ')
+    assert text.startswith('SELECT (row_number() OVER ())::text, "r"."k"::text, NULL, '
+                           '"r"."partition"::text, "r"."offset"::text, row_to_json("r".*)::text '
+                           'FROM (SELECT DISTINCT ON ("k") ')
     assert text.endswith(') c CROSS JOIN LATERAL (SELECT CAST(c."k" AS text) AS "k", CAST(c."n2" AS numeric(12,2)) '
                          'AS "n2", CAST(c."partition" AS integer) AS "partition", CAST(c."offset" AS bigint) AS '
                          '"offset") r')
@@ -188,18 +201,18 @@ def test_no_early_query_where_the_stored_rows_may_differ(why) -> None:
 
 
 def test_a_record_too_big_is_a_dead_letter_against_its_source_or_the_output_topic() -> None:
-    size, fits = statements.record_size("k"), sql.SQL("FITS")
+    size, fits = rendering.record_size(KafkaOutput("out", "k")), sql.SQL("FITS")
     positioned = render(dead_letters.too_big(pipeline(), KafkaOutput("out", "k"), POSITIONED, size, fits))
     assert "SELECT %(pipeline)s, %(batch)s, 'in', r.\"partition\", COALESCE((SELECT br.incarnation " in positioned
     assert positioned.endswith('FROM (SELECT "k", "v", "we-ird""col", "partition", "offset" FROM all_rows) r WHERE '
                                'NOT FITS ON CONFLICT (pipeline, topic, partition, incarnation, "offset") DO UPDATE SET '
-                               'batch_id = EXCLUDED.batch_id, error = EXCLUDED.error RETURNING 1')
+                               'batch_id = EXCLUDED.batch_id, error = EXCLUDED.error, redriven_by = NULL RETURNING 1')
     aggregate = render(dead_letters.too_big(pipeline(), KafkaOutput("out", "k"), ["k", "v"], size, fits))
     assert "%(batch)s, 'out', -1, 0, -(%(batch)s::bigint * 1000000 + row_number() OVER ())," in aggregate
 
 
 def test_the_size_bound_counts_fixed_widths_once_and_measures_the_rest() -> None:
-    bound = render(statements.json_size_bound([Column("k", "bigint"), Column("v", "text")], "k"))
+    bound = render(rendering.json_size_bound([Column("k", "bigint"), Column("v", "text")], "k"))
     # 2 + (6*1 + 10 + 6*20) + (6*1 + 10 + 0); the key a bigint: its longest text
     assert bound == '(154 + 6 * (coalesce(octet_length(r."v"::text), 0)) + 20)'
 

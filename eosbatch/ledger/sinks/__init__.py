@@ -2,8 +2,8 @@
 
 names: the tables' and eosbatch's own columns' names. catalog: what the database says about them, read once
 into a SinkShape. modes: what replace and accumulate change. latest, statements, dead_letters, outbox, deletes:
-the SQL, built without I/O. tables, markers (a sink with deletes): the DDL. commit: the executor of the commit's
-statements.
+the SQL, built without I/O. tables, markers (a sink with deletes): the DDL. evolve: new columns added to an
+evolving sink. commit: the executor of the commit's statements.
 """
 
 from eosbatch.ledger.sinks.catalog import (
@@ -23,6 +23,7 @@ from eosbatch.ledger.sinks.commit import (
     move_to_sink,
     stages_tombstones,
 )
+from eosbatch.ledger.sinks.evolve import ShapeChanged, evolve_sink
 from eosbatch.ledger.sinks.markers import ensure as ensure_deletes
 from eosbatch.ledger.sinks.names import (
     AMBIGUOUS_COLUMN,
@@ -41,17 +42,23 @@ from eosbatch.ledger.sinks.names import (
     stage_copy_target,
     stage_table,
 )
-from eosbatch.ledger.sinks.outbox import early_outbox_query, json_outbox_query, legacy_outbox, outbox_query
-from eosbatch.ledger.sinks.statements import TEXT_WIDTH, batch_rows, json_size_bound
+from eosbatch.ledger.sinks.outbox import (
+    early_outbox_query,
+    early_refusal,
+    json_outbox_query,
+    legacy_outbox,
+    outbox_query,
+)
+from eosbatch.ledger.sinks.rendering import TEXT_WIDTH, json_size_bound
+from eosbatch.ledger.sinks.statements import batch_rows
 from eosbatch.ledger.sinks.tables import ensure_outbox, ensure_tables, validate_columns
 
 __all__ = [
     "AMBIGUOUS_COLUMN", "AMBIGUOUS_KEY", "BATCH_COLUMN", "BYTE_ORDER_LOCALES", "DELETED_COLUMN", "RECORD_TOO_BIG",
-    "SEQ_COLUMN",
-    "TEXT_WIDTH", "TRANSIENT_TABLE", "WRITER_COLUMN", "Column", "KeyColumn", "KeyColumns", "Moved", "SinkShape",
-    "batch_rows", "copy_dead_letters", "deleted_table", "early_outbox_query", "ensure_deletes",
-    "ensure_outbox", "ensure_tables", "insert_pays", "stages_tombstones",
+    "SEQ_COLUMN", "TEXT_WIDTH", "TRANSIENT_TABLE", "WRITER_COLUMN", "Column", "KeyColumn", "KeyColumns", "Moved",
+    "ShapeChanged", "SinkShape", "batch_rows", "copy_dead_letters", "deleted_table", "early_outbox_query",
+    "early_refusal", "ensure_deletes", "ensure_outbox", "ensure_tables", "evolve_sink", "insert_pays",
     "json_outbox_query", "json_size_bound", "key_columns", "legacy_outbox", "missing_staged", "move_to_sink",
     "outbox_query", "outbox_table", "position_columns", "result_columns", "sink_table", "stage_copy_target",
-    "stage_table", "table_types", "validate_columns",
+    "stage_table", "stages_tombstones", "table_types", "validate_columns",
 ]

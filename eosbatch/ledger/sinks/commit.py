@@ -13,7 +13,7 @@ from psycopg2 import sql
 from eosbatch.ledger.cleanup import table_exists
 from eosbatch.ledger.errors import first_line
 from eosbatch.ledger.exceptions import SinkError
-from eosbatch.ledger.sinks import catalog, dead_letters, deletes, statements
+from eosbatch.ledger.sinks import catalog, dead_letters, deletes, evolve, rendering, statements
 from eosbatch.ledger.sinks.catalog import KeyColumns
 from eosbatch.ledger.sinks.modes import mode_of
 from eosbatch.ledger.sinks.names import (
@@ -128,6 +128,7 @@ def _move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: bo
     and moves such rows runs (its extra scans made PostgreSQL materialise every row: ~1.1 s per 1M)."""
     shape = catalog.read(cur, pipeline)
     columns = shape.batch_columns(batch)
+    evolve.check_shape(pipeline, shape, columns)
     if not columns or not batch.writer_tags("sink"):
         return Moved(0, 0)
     params: dict[str, object] = {"batch": batch.id, "writers": batch.writer_tags("sink")}
@@ -158,7 +159,7 @@ def _move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: bo
     fits = size = sql.SQL("true")
     if output is not None and limit is not None:
         params.update(max_bytes=limit, pipeline=pipeline.name)
-        size, fits = statements.record_size(output.key), statements.record_fits(result_columns, output.key)
+        size, fits = rendering.record_size(output), rendering.record_fits(result_columns, output)
     checked = statements.checked_rows(pipeline, chosen, bytewise)
 
     def move(write: sql.Composable) -> tuple[int, int]:

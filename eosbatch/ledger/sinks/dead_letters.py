@@ -5,21 +5,27 @@ from __future__ import annotations
 
 from psycopg2 import sql
 
+from eosbatch.ledger.sinks import rendering
 from eosbatch.ledger.sinks.names import AMBIGUOUS_COLUMN, listed, position_columns
 from eosbatch.pipeline import KafkaOutput, Pipeline
 
 # Parameters: the pipeline's name, the batch's id, its dead letters' writers. A record two writers staged (a
-# re-run Spark stage) is copied once.
+# re-run Spark stage) is copied once. A record recorded again (a reprocess, a redrive that failed again) keeps its
+# id, gets the new reason, and waits for a redrive again (a reprocess may fail a record a redrive took).
 COPY_STAGED = """
-INSERT INTO eosbatch.dead_letters (pipeline, batch_id, topic, partition, incarnation, "offset", key, value, error)
+INSERT INTO eosbatch.dead_letters (pipeline, batch_id, topic, partition, incarnation, "offset", key, value, error,
+                                   "timestamp", timestamp_type)
 SELECT DISTINCT ON (d.topic, d.partition, d."offset")
-       %s, d.batch_id, d.topic, d.partition, COALESCE(r.incarnation, 0), d."offset", d.key, d.value, d.error
+       %s, d.batch_id, d.topic, d.partition, COALESCE(r.incarnation, 0), d."offset", d.key, d.value, d.error,
+       d."timestamp", d.timestamp_type
   FROM eosbatch.staged_dead_letters d
   LEFT JOIN eosbatch.batch_ranges r ON r.batch_id = d.batch_id AND r.topic = d.topic AND r.partition = d.partition
  WHERE d.batch_id = %s AND d.writer = ANY(%s)
  ORDER BY d.topic, d.partition, d."offset"
     ON CONFLICT (pipeline, topic, partition, incarnation, "offset")
-    DO UPDATE SET batch_id = EXCLUDED.batch_id, error = EXCLUDED.error, created_at = now()"""
+    DO UPDATE SET batch_id = EXCLUDED.batch_id, error = EXCLUDED.error, created_at = now(), redriven_by = NULL,
+                  "timestamp" = COALESCE(EXCLUDED."timestamp", dead_letters."timestamp"),
+                  timestamp_type = COALESCE(EXCLUDED.timestamp_type, dead_letters.timestamp_type)"""
 
 
 def too_big(pipeline: Pipeline, output: KafkaOutput, out: list[str], size: sql.Composable,
@@ -39,13 +45,13 @@ def too_big(pipeline: Pipeline, output: KafkaOutput, out: list[str], size: sql.C
     return sql.SQL(
         'INSERT INTO eosbatch.dead_letters (pipeline, batch_id, topic, partition, incarnation, "offset", key, '
         "value, error) "
-        "SELECT %(pipeline)s, %(batch)s, {topic}, {where}, convert_to(r.{okey}::text, 'UTF8'), "
+        "SELECT %(pipeline)s, %(batch)s, {topic}, {where}, convert_to({okey}, 'UTF8'), "
         "convert_to(row_to_json(r.*)::text, 'UTF8'), 'output record of ' || {size} || ' bytes exceeds the "
         "output topic''s limit of ' || %(max_bytes)s || ' bytes (max.message.bytes, message.max.bytes, less "
         "headers): not stored in the sink, not published' FROM ({plain}) r WHERE NOT {fits} "
         'ON CONFLICT (pipeline, topic, partition, incarnation, "offset") DO UPDATE SET '
-        "batch_id = EXCLUDED.batch_id, error = EXCLUDED.error RETURNING 1").format(
-            topic=topic, where=where, size=size, fits=fits, plain=plain, okey=sql.Identifier(output.key))
+        "batch_id = EXCLUDED.batch_id, error = EXCLUDED.error, redriven_by = NULL RETURNING 1").format(
+            topic=topic, where=where, size=size, fits=fits, plain=plain, okey=rendering.key(output, "r"))
 
 
 def move_with_too_big(pipeline: Pipeline, output: KafkaOutput, rows: sql.Composable, out: list[str],

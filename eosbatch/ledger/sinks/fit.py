@@ -26,21 +26,14 @@ def misfits(cur: Cursor, pipeline: Pipeline, columns: Sequence[Column], sink_typ
     column the sink lacks, a type PostgreSQL will not assign, a NOT NULL column without a default that the
     transform does not fill."""
     problems = [f"no column {c.name} (the transform returns it as {c.pg_type})" for c in columns
-                if c.name not in sink_types]
+                if c.name not in sink_types and not pipeline.sink.evolve]  # evolve adds it
     table = sink_table(pipeline)
     for column in columns:
         if column.name not in sink_types:
             continue
-        cur.execute("SAVEPOINT eosbatch_fit")
-        try:
-            cur.execute(sql.SQL("PREPARE eosbatch_fit AS INSERT INTO {} ({}) SELECT NULL::{}").format(
-                table, sql.Identifier(column.name), sql.SQL(column.pg_type)))
-            cur.execute("DEALLOCATE eosbatch_fit")
-        except errors.DatatypeMismatch:
+        if not assigns(cur, pipeline, column):
             problems.append(f"column {column.name} is {sink_types[column.name]}, the transform returns "
                             f"{column.pg_type}, which PostgreSQL does not assign to it")
-        finally:
-            cur.execute("ROLLBACK TO SAVEPOINT eosbatch_fit")
     schema, name = table.strings
     cur.execute("SELECT a.attname::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s "
@@ -50,6 +43,21 @@ def misfits(cur: Cursor, pipeline: Pipeline, columns: Sequence[Column], sink_typ
     problems += [f"column {n} is NOT NULL without a default, and the transform does not return it"
                  for (n,) in cur.fetchall()]
     return problems
+
+
+def assigns(cur: Cursor, pipeline: Pipeline, column: Column) -> bool:
+    """Whether PostgreSQL assigns a value of `column`'s type to the sink's column of that name: the commit's
+    INSERT ... SELECT, prepared (never executed) with a NULL of that type."""
+    cur.execute("SAVEPOINT eosbatch_fit")
+    try:
+        cur.execute(sql.SQL("PREPARE eosbatch_fit AS INSERT INTO {} ({}) SELECT NULL::{}").format(
+            sink_table(pipeline), sql.Identifier(column.name), sql.SQL(column.pg_type)))
+        cur.execute("DEALLOCATE eosbatch_fit")
+        return True
+    except errors.DatatypeMismatch:
+        return False
+    finally:
+        cur.execute("ROLLBACK TO SAVEPOINT eosbatch_fit")
 
 
 def missing_privileges(cur: Cursor, pipeline: Pipeline, sink_exists: bool) -> tuple[str, list[str]]:

@@ -98,7 +98,25 @@ class Accumulate(SinkMode):
             for c in others))
 
 
-MODES: dict[str, SinkMode] = {mode.name: mode for mode in (Replace(), Accumulate())}
+class Append(SinkMode):
+    """Every row is inserted once: the sink's key is the row's source position and its number within its
+    record (pipeline.APPEND_KEY; spark/shaping.py numbers the rows before staging, the same way on every
+    read), so a replay's or a retried commit's rows conflict with the stored ones and change nothing. The
+    outbox publishes the rows inserted (RETURNING): one record per new row, none for a replayed one."""
+    name = "append"
+    may_insert_plainly = True   # the batch's keys are unique by construction
+    may_publish_early = True    # a row is stored as it comes, or not at all (then the counts differ)
+
+    def result_rows(self, pipeline: Pipeline, columns: list[str], extra: sql.Composable,
+                    flag: sql.Composable | None, bytewise: frozenset[str]) -> tuple[sql.Composed, list[str]]:
+        return sql.SQL("SELECT {}{} {}").format(listed(columns), extra, staged_rows(pipeline)), columns
+
+    def conflict_action(self, pipeline: Pipeline, columns: list[str], others: list[str],
+                        kind: BatchKind) -> sql.Composable:
+        return sql.SQL("DO NOTHING")
+
+
+MODES: dict[str, SinkMode] = {mode.name: mode for mode in (Replace(), Accumulate(), Append())}
 
 
 def mode_of(pipeline: Pipeline) -> SinkMode:

@@ -1,6 +1,7 @@
-"""The queries publish reads a batch's output records with: each row (seq, key, the record as JSON text, source
-topic, partition, offset) from the typed outbox, from the JSON outbox of an older ledger, or from staging
-before the commit (early publish); and a batch committed before the outbox, from staging."""
+"""The queries publish reads a batch's output records with: each row (seq, key, source topic, partition, offset,
+then the copied headers' columns and the value: JSON text, or the Avro fields; rendering.py) from the typed
+outbox, from the JSON outbox of an older ledger, or from staging before the commit (early publish); and a batch
+committed before the outbox, from staging."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 
 from psycopg2 import sql
 
-from eosbatch.ledger.sinks import catalog, deletes, latest, statements
+from eosbatch.ledger.sinks import catalog, deletes, latest, rendering, statements
 from eosbatch.ledger.sinks.catalog import SinkShape
 from eosbatch.ledger.sinks.modes import mode_of
 from eosbatch.ledger.sinks.names import (
@@ -25,32 +26,35 @@ from eosbatch.pipeline import Pipeline
 
 
 def outbox_query(pipeline: Pipeline, columns: list[str]) -> sql.Composed:
-    """Read a batch's typed outbox as publish needs it: seq, key, the record as JSON text, its source.
-    row_to_json over the batch's columns, in the commit's order, renders exactly what the commit's own
-    row_to_json did when the outbox held JSON (migration 0008). A record flagged DELETED_COLUMN (a sink with
-    deletes) is a tombstone: its value is NULL. One parameter: the batch's id."""
+    """Read a batch's typed outbox as publish needs it: seq, key, its source, its copied headers and value
+    (rendering.published). row_to_json over the batch's columns, in the commit's order, renders exactly what
+    the commit's own row_to_json did when the outbox held JSON (migration 0008). A record flagged
+    DELETED_COLUMN (a sink with deletes) is a tombstone: its value is NULL. One parameter: the batch's id."""
     assert pipeline.output is not None
     plain = [c for c in columns if c != DELETED_COLUMN]
-    return sql.SQL("SELECT q.{seq}::text, q.{okey}::text, {value}, {src} FROM {t} q "
+    return sql.SQL("SELECT q.{seq}::text, {okey}, {src}, {published} FROM {t} q "
                    "CROSS JOIN LATERAL (SELECT {cols}) r WHERE q.{batch} = %s").format(
-        seq=sql.Identifier(SEQ_COLUMN), okey=sql.Identifier(pipeline.output.key), src=_source("q", plain),
-        value=_value("q", DELETED_COLUMN in columns), t=outbox_table(pipeline), cols=listed(plain, "q"),
-        batch=sql.Identifier(BATCH_COLUMN))
+        seq=sql.Identifier(SEQ_COLUMN), okey=rendering.key(pipeline.output, "r"), src=_source("q", plain),
+        published=_published(pipeline, "q", DELETED_COLUMN in columns), t=outbox_table(pipeline),
+        cols=listed(plain, "q"), batch=sql.Identifier(BATCH_COLUMN))
 
 
-def _value(alias: str, flagged: bool) -> sql.Composable:
-    """The record's value: row `r` as JSON, or NULL (a tombstone) where `alias`'s DELETED_COLUMN says so."""
+def _published(pipeline: Pipeline, alias: str, flagged: bool) -> sql.Composable:
+    """rendering.published of row `r`; where `alias`'s DELETED_COLUMN says so (a sink with deletes, whose output
+    is a JSON value without copied headers: pipeline.Pipeline), a tombstone: a NULL value."""
+    assert pipeline.output is not None
     if not flagged:
-        return sql.SQL("row_to_json(r.*)::text")
+        return rendering.published(pipeline.output, "r")
     return sql.SQL("CASE WHEN {}.{} THEN NULL ELSE row_to_json(r.*)::text END").format(
         sql.Identifier(alias), sql.Identifier(DELETED_COLUMN))
 
 
 def json_outbox_query() -> sql.SQL:
     """Read a batch committed before the typed outbox (ledger revision 0008): its records are JSON already, in
-    eosbatch.outbox. One parameter: the batch's id."""
-    return sql.SQL("SELECT seq::text, key, value, source_topic, source_partition::text, "
-                   "source_offset::text FROM eosbatch.outbox WHERE batch_id = %s")
+    eosbatch.outbox, in the layout of `outbox_query` for a JSON value without copied headers. One parameter:
+    the batch's id."""
+    return sql.SQL("SELECT seq::text, key, source_topic, source_partition::text, source_offset::text, value "
+                   "FROM eosbatch.outbox WHERE batch_id = %s")
 
 
 def _source(alias: str, columns: list[str]) -> sql.Composed:
@@ -68,18 +72,40 @@ EXACT_KEY_TYPES = frozenset({"smallint", "integer", "bigint", "text", "character
 
 
 def early_outbox_query(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Composed | None:
-    """early_query for this staged batch, from the catalog as it is now."""
+    """early_query for this staged batch, from the catalog as it is now (None where early_refusal says why)."""
     if pipeline.output is None or not mode_of(pipeline).may_publish_early:
         return None
     shape = catalog.read(cur, pipeline)
+    if refusal(shape, batch) is not None:
+        return None
     deleting = pipeline.sink.deletes is not None and bool((batch.writers or {}).get("deletes"))
     return early_query(pipeline, shape, shape.batch_columns(batch), deleting)
+def early_refusal(cur: Cursor, pipeline: Pipeline, batch: Batch) -> str | None:
+    """Why this staged batch may not publish early although its mode could (one phrase for the run's log), or
+    None."""
+    if pipeline.output is None or not mode_of(pipeline).may_publish_early:
+        return None
+    return refusal(catalog.read(cur, pipeline), batch)
+
+
+def refusal(shape: SinkShape, batch: Batch) -> str | None:
+    """A batch that changed the sink's shape (sink.evolve added columns) or brings jsonb or array columns is
+    published from the outbox only: its records are rendered from the rows as the commit stored them, never
+    from staging through casts that might render a value otherwise."""
+    added = (batch.writers or {}).get("evolved")
+    if added:
+        return f"it added column(s) {added} to the sink"
+    nested = [c for c in shape.batch_columns(batch)
+              if (t := shape.sink_types.get(c, "")) == "jsonb" or t.endswith("[]")]
+    if nested:
+        return f"its column(s) {nested} are jsonb or arrays"
+    return None
 
 
 def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str], deleting: bool = False
                 ) -> sql.Composed | None:
     """The records the commit of a batch that staged `columns` will write to its outbox, read from staging
-    before it commits, rendered as `outbox_query` renders the outbox (seq, key, record, source); None where
+    before it commits, rendered as `outbox_query` renders the outbox (seq, key, source, headers, value); None where
     they might differ, so that only the outbox can say. Parameters: batch, writers.
 
     Exact when every row the batch brings is stored as it is, which the caller checks after the commit (the
@@ -113,10 +139,11 @@ def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str], deleti
         return None
     casts = sql.SQL(", ").join(sql.SQL("CAST(c.{n} AS {t}) AS {n}").format(n=sql.Identifier(c),
                                                                            t=sql.SQL(sink_types[c])) for c in out)
-    return sql.SQL("SELECT (row_number() OVER ())::text, r.{okey}::text, {value}, {src} "
+    return sql.SQL("SELECT (row_number() OVER ())::text, {okey}, {src}, {published} "
                    "FROM ({rows}) c CROSS JOIN LATERAL (SELECT {casts}) r{where}").format(
-        okey=sql.Identifier(pipeline.output.key), src=_source("r", out), rows=rows, casts=casts,
-        value=_value("c", deleting), where=_early_deletes(pipeline, columns) if deleting else sql.SQL(""))
+        okey=rendering.key(pipeline.output, "r"), src=_source("r", out),
+        published=_published(pipeline, "c", deleting), rows=rows, casts=casts,
+        where=_early_deletes(pipeline, columns) if deleting else sql.SQL(""))
 
 
 def _early_deletes(pipeline: Pipeline, columns: list[str]) -> sql.Composed:
@@ -141,5 +168,5 @@ def legacy_query(pipeline: Pipeline, columns: list[str]) -> sql.Composed | None:
     if not columns:
         return None
     select, _ = statements.batch_rows(pipeline, columns)
-    return sql.SQL("SELECT r.{}::text, row_to_json(r.*)::text FROM ({}) r").format(
-        sql.Identifier(pipeline.output.key), select)
+    return sql.SQL("SELECT {}, row_to_json(r.*)::text FROM ({}) r").format(
+        rendering.key(pipeline.output, "r"), select)

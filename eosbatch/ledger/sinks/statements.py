@@ -13,7 +13,6 @@ from eosbatch.ledger.sinks.names import (
     AMBIGUOUS_COLUMN,
     BATCH_COLUMN,
     SEQ_COLUMN,
-    Column,
     listed,
     outbox_table,
     position_columns,
@@ -60,42 +59,6 @@ def outbox_insert(pipeline: Pipeline, out: list[str]) -> sql.Composed:
                    "{cols} FROM {published} c RETURNING 1").format(
         t=outbox_table(pipeline), b=sql.Identifier(BATCH_COLUMN), s=sql.Identifier(SEQ_COLUMN), names=listed(out),
         published=sql.Identifier(published), cols=listed(out, "c"))
-
-
-# The longest text (and JSON) form of a value of these types: a bound with no cast to text per row (casting
-# numbers took 0.15 s of a 1M-record commit, twice). -2147483648; -9223372036854775808; shortest-exact floats
-# such as -1.17549435e-38 and -2.2250738585072014e-308; "-Infinity" and "NaN" are shorter; false.
-TEXT_WIDTH = {"smallint": 6, "integer": 11, "bigint": 20, "real": 15, "double precision": 24, "boolean": 5}
-
-
-def json_size_bound(columns: list[Column], key: str) -> sql.Composed:
-    """An upper bound of `octet_length(row_to_json(r.*)::text)` plus the key's length, from the columns' text
-    lengths (for TEXT_WIDTH's types, their longest): JSON escaping makes a character at most 6 bytes (\\u00XX),
-    and each column adds its quoted name, a colon, a comma and at most two quotes around its value (or
-    `null`). Types render in JSON no longer than 6x their text form (timestamps gain a T, quotes and a
-    longer offset; bytea doubles backslashes)."""
-    fixed = 2 + sum(6 * len(c.name.encode()) + 10 + 6 * TEXT_WIDTH.get(c.pg_type, 0) for c in columns)
-    lengths = [sql.SQL("coalesce(octet_length(r.{}::text), 0)").format(sql.Identifier(c.name))
-               for c in columns if c.pg_type not in TEXT_WIDTH]
-    key_type = next((c.pg_type for c in columns if c.name == key), None)
-    key_length = sql.Literal(TEXT_WIDTH[key_type]) if key_type in TEXT_WIDTH else sql.SQL(
-        "coalesce(octet_length(r.{}::text), 0)").format(sql.Identifier(key))
-    return sql.SQL("({} + 6 * ({}) + {})").format(
-        sql.Literal(fixed), sql.SQL(" + ").join(lengths) if lengths else sql.SQL("0"), key_length)
-
-
-def record_size(key: str) -> sql.Composed:
-    """The size of result row `r`'s output record: its JSON and its key."""
-    return sql.SQL("octet_length(row_to_json(r.*)::text) + coalesce(octet_length(r.{}::text), 0)").format(
-        sql.Identifier(key))
-
-
-def record_fits(result_columns: list[Column], key: str) -> sql.Composed:
-    """Whether result row `r`'s output record fits in `max_bytes`. Rendering every row as JSON only to measure
-    it cost seconds per million rows: a cheap upper bound settles all but rows near the limit (CASE keeps the
-    exact size from being computed for the rest)."""
-    return sql.SQL("CASE WHEN {} <= %(max_bytes)s THEN true ELSE {} <= %(max_bytes)s END").format(
-        json_size_bound(result_columns, key), record_size(key))
 
 
 def key_text(pipeline: Pipeline) -> sql.Composed:

@@ -7,7 +7,7 @@ from psycopg2 import sql
 
 from eosbatch.ledger.cleanup import OPEN_BATCH_IDS, open_batch_params
 from eosbatch.ledger.exceptions import SinkError
-from eosbatch.ledger.sinks import catalog, markers
+from eosbatch.ledger.sinks import catalog, markers, output_fit
 from eosbatch.ledger.sinks.catalog import SinkShape
 from eosbatch.ledger.sinks.modes import mode_of
 from eosbatch.ledger.sinks.names import (
@@ -48,8 +48,7 @@ def validate_columns(pipeline: Pipeline, columns: list[Column]) -> None:
     mode_of(pipeline).check_columns(sink, names)
     if sink.deletes is not None:
         markers.check_columns(pipeline, columns)
-    if pipeline.output is not None and pipeline.output.key not in names:
-        raise SinkError(f"output.key: the transform's output lacks {pipeline.output.key!r}; it has {names}")
+    output_fit.check_columns(pipeline, columns)
 
 
 def _definitions(columns: list[Column]) -> sql.Composed:
@@ -70,10 +69,12 @@ def ensure_tables(cur: Cursor, pipeline: Pipeline, columns: list[Column]) -> Non
         existing = shape.sink_types
         if missing := [c.name for c in columns if c.name not in existing]:
             raise SinkError(f"sink.table: {pipeline.sink.schema}.{pipeline.sink.table} has no column(s) {missing} "
-                            f"that the transform returns (it has {list(existing)})")
+                            f"that the transform returns (it has {list(existing)}); add them to the table, or set "
+                            "PostgresSink(evolve=True) to have eosbatch add new columns")
         if not shape.has_unique_key(key):
             raise SinkError(f"sink.key: {pipeline.sink.schema}.{pipeline.sink.table} has no primary key or "
                             f"unique index on exactly {list(key)}; an idempotent upsert needs one")
+    output_fit.check_value(cur, pipeline, shape, columns)
     _ensure_stage(cur, pipeline, columns, shape)
 
 
@@ -118,6 +119,8 @@ def _information_schema_type(pg_type: str) -> str:
     """How information_schema.columns.data_type spells one of eosbatch's staging types."""
     if pg_type.startswith("numeric"):
         return "numeric"
+    if pg_type.endswith("[]"):
+        return "ARRAY"
     return {"timestamptz": "timestamp with time zone", "timestamp": "timestamp without time zone"}.get(pg_type, pg_type)
 
 
