@@ -1,6 +1,7 @@
 """Deletes (docs/deletes.md): tombstones delete their key in a replace sink and publish a tombstone, a deleted
 marker keeps an older row (another partition, a reprocess) from bringing the key back, a newer row does.
-Four pipelines over one input topic (tests/pipelines/deletes.py), run side by side; the test ends with the
+Four pipelines over one input (tests/pipelines/deletes.py: String() keys, and a JSON struct key for one of them,
+over a twin topic of the same records); the test ends with the
 independent count: the input read with read_committed against the sink, the read_committed output (its
 tombstones counted) and the dead letters, then `eosbatch verify`'s audit with its Spark recompute. The runs
 are made in this process (one Spark Connect session): a CLI process per run cost ~3 s each."""
@@ -37,7 +38,9 @@ class Input:
         self.settings, self.suffix = settings, suffix
         self.topic = f"deletes_in_{suffix}"
         self.pipelines = make(suffix)
-        generate.ensure_topics(settings, {self.topic: 3, **{f"{p}_out_{suffix}": 2 for p in self.pipelines}})
+        self.json_keyed = f"deletes_jin_{suffix}"  # the same records, keyed by a JSON object (a struct key)
+        generate.ensure_topics(settings, {self.topic: 3, self.json_keyed: 3,
+                                          **{f"{p}_out_{suffix}": 2 for p in self.pipelines}})
         self.waves = 0
 
     def write(self, *events: Event) -> None:
@@ -49,10 +52,11 @@ class Input:
         producer.begin_transaction()
         for partition, key, val, version in events:
             value = None if val is None else json.dumps({"id": key, "val": val, "version": version}).encode()
-            producer.produce(self.topic, partition=partition, key=None if key is None else key.encode(), value=value,
-                             timestamp=T + version, headers=[("version", str(version).encode())])
+            for topic, keyed in ((self.topic, key), (self.json_keyed, key and json.dumps({"id": key}))):
+                producer.produce(topic, partition=partition, key=None if keyed is None else keyed.encode(),
+                                 value=value, timestamp=T + version, headers=[("version", str(version).encode())])
         producer.commit_transaction(30)
-        generate.await_markers(self.settings, [self.topic])
+        generate.await_markers(self.settings, [self.topic, self.json_keyed])
 
     def run(self, prefixes: tuple[str, ...] = DELETING, early: bool = False) -> list[str]:
         """A run of each pipeline, in this process (one Spark Connect session for all); their logs."""
@@ -72,7 +76,7 @@ class Input:
     def output(self, prefix: str) -> tuple[dict[str, str], list[str], int]:
         """The output topic read with read_committed, in commit order: each key's last value (a tombstone
         removes it), the tombstones' keys, and the count of records."""
-        records = read_topic(self.settings, f"{prefix}_out_{self.suffix}")
+        records = read_topic(self.settings, f"{prefix}_out_{self.suffix}")  # keyed by the sink key's text
         records.sort(key=lambda r: (int(r.headers["eosbatch.commit_seq"]), int(r.headers["eosbatch.seq"])))
         last: dict[str, str] = {}
         deleted = []
