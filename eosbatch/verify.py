@@ -246,7 +246,7 @@ def _sink_vs_output(settings: Settings, pipeline: Any, records: list[Record]) ->
         if r.value is None:  # a tombstone: the sink deleted the key its earlier records carried
             expected.pop(keys.get(r.key, ()), None)
             continue
-        row = json.loads(r.value)
+        row = _value(pipeline, r.value)
         key = tuple(_same(row[k]) for k in pipeline.sink.key)
         keys[r.key] = key
         if pipeline.sink.mode == "accumulate":
