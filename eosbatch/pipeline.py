@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from eosbatch.deletes import Deletes, check_deletes, check_deletes_output
 from eosbatch.exceptions import ConfigError
 from eosbatch.formats.base import KAFKA_COLUMNS as KAFKA_COLUMNS  # re-exported: where they always were
 from eosbatch.formats.base import Format, Role
@@ -115,7 +116,8 @@ class PostgresSink:
     wins. `accumulate`: the `accumulate` columns add to the stored values (running totals). `append`: every
     row is inserted once, keyed by its source position (topic, partition, offset, row_in_record): no `key`.
     `evolve`: a column the transform adds is added to the sink (nullable), never dropped or narrowed
-    (docs/sinks.md)."""
+    (docs/sinks.md). `deletes` (a Deletes, replace sinks only): a tombstone deletes its key and publishes a
+    tombstone (docs/deletes.md); without it a tombstone is a dead letter."""
 
     table: str
     key: Sequence[str] = ()
@@ -124,6 +126,7 @@ class PostgresSink:
     order_by: Sequence[str] = ()
     schema: str = "public"
     evolve: bool = False
+    deletes: Deletes | None = None
 
     def __post_init__(self) -> None:
         _identifier("sink.table", self.table)
@@ -153,6 +156,8 @@ class PostgresSink:
             raise ConfigError("sink.order_by", "an append sink inserts every row; there is nothing to order")
         if overlap := set(self.key) & set(self.accumulate):
             raise ConfigError("sink.accumulate", f"key columns cannot be accumulated: {sorted(overlap)}")
+        if self.deletes is not None:
+            check_deletes(self.deletes, self.mode, self.order_by)
 
 
 @dataclass(frozen=True)
@@ -346,6 +351,8 @@ class Pipeline:
         object.__setattr__(self, "_transform_arity", transform_arity(self.transform))
         if self.output is not None and self.output.topic in self.source.topics:
             raise ConfigError("output.topic", "must differ from the source topics (a pipeline cannot read itself)")
+        if self.output is not None and self.sink.deletes is not None:
+            check_deletes_output(self.sink.key, self.output.key_columns, self.output.value, self.output.headers)
 
     def transformed(self, df: DataFrame, batch: BatchInfo) -> DataFrame:
         """The transform applied to `df`, given `batch` when it takes a second argument."""

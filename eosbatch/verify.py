@@ -19,6 +19,7 @@ from eosbatch.kafka import avro, record
 from eosbatch.kafka.read_back import OpenTransaction, Record, read_topic
 from eosbatch.ledger import audit as ledger
 from eosbatch.ledger import claims, positions, store
+from eosbatch.ledger.sinks.names import DELETED_COLUMN
 from eosbatch.outputs import AvroValue
 from eosbatch.protocol.ranges import OffsetRange
 from eosbatch.protocol.sources import coverage_problems
@@ -119,10 +120,11 @@ def audit(ctx: Context, recompute: bool = True) -> Audit:
     - coverage: committed ranges never overlap, and form one piece per partition up to the next offset;
     - output: every published batch's records appear exactly once among the read_committed records of the
       output topic, as many as its commit wrote to the outbox; no record of an unknown or aborted batch;
-    - sink vs output: key by key, the last record published equals the sink row (replace), or the published
-      deltas add up to the stored totals (accumulate);
-    - sink vs input (`recompute`, runs Spark): the transform applied to the committed input gives the sink,
-      and every malformed record of the committed input is a dead letter.
+    - sink vs output: key by key, the last record published equals the sink row (replace; after a tombstone
+      the key is absent), or the published deltas add up to the stored totals (accumulate);
+    - sink vs input (`recompute`, runs Spark): the transform applied to the committed input gives the sink
+      (a key whose latest is a tombstone is absent), and every malformed record of the committed input (a
+      tombstone the sink cannot take, too) is a dead letter.
     """
     settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     findings: list[Finding] = []
@@ -239,8 +241,14 @@ def _sink_vs_output(settings: Settings, pipeline: Any, records: list[Record]) ->
                        f"the sink holds {len(sink)} keys and the output topic none of them")
     sink = _sink_rows(settings, pipeline, columns)
     expected: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for row in rows:
+    keys: dict[bytes | None, tuple[Any, ...]] = {}  # a record's Kafka key -> its sink key, for tombstones
+    for r in ours:
+        if r.value is None:  # a tombstone: the sink deleted the key its earlier records carried
+            expected.pop(keys.get(r.key, ()), None)
+            continue
+        row = _value(pipeline, r.value)
         key = tuple(_same(row[k]) for k in pipeline.sink.key)
+        keys[r.key] = key
         if pipeline.sink.mode == "accumulate":
             total = expected.setdefault(key, {c: row[c] for c in pipeline.sink.key})
             for c in pipeline.sink.accumulate:
@@ -287,9 +295,14 @@ def _sink_vs_input(settings: Settings, pipeline: Any) -> list[Finding]:
                 best = max((tuple(_same(r[c]) for c in order) for r in candidates
                             if all(r[c] is not None for c in order)), default=None)
                 candidates = [r for r in candidates if best is None or tuple(_same(r[c]) for c in order) == best]
-            return any(all(_same(sink[key][c]) == _same(r[c]) for c in columns) for r in candidates)
+            elif pipeline.sink.deletes is not None:  # only the last row or tombstone of a source partition
+                candidates = _last_per_source(candidates)
+            if key not in sink:  # deleted: its latest was a tombstone
+                return any(r.get(DELETED_COLUMN) for r in candidates)
+            return any(all(_same(sink[key][c]) == _same(r[c]) for c in columns) for r in candidates
+                       if not r.get(DELETED_COLUMN))
 
-        differ = [k for k in set(sink) | set(expected) if k not in sink or k not in expected or not acceptable(k)]
+        differ = [k for k in set(sink) | set(expected) if k not in expected or not acceptable(k)]
     findings.append(Finding("sink = transform(committed input)", not differ,
                             f"{len(sink)} keys recomputed from {recomputed['records']} committed input records"
                             if not differ else f"{len(differ)} of {len(set(sink) | set(expected))} keys differ, "
@@ -304,6 +317,17 @@ def _sink_vs_input(settings: Settings, pipeline: Any) -> list[Finding]:
                             f"{sorted(malformed - dead)[:3]}), {len(dead - malformed)} dead letters are not "
                             "malformed"))
     return findings
+
+
+def _last_per_source(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of a key's recomputed rows (and tombstones), the last of each source partition: without order_by the
+    higher offset of one partition always wins, whatever the lane (eosbatch.ledger.sinks.latest)."""
+    last: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for row in candidates:
+        source = (row.get("topic"), row.get("partition"))
+        if source not in last or row["offset"] > last[source]["offset"]:
+            last[source] = row
+    return list(last.values())
 
 
 # ---------------------------------------------------------------- one batch: `eosbatch verify PIPELINE --batch N`

@@ -30,7 +30,8 @@ def context(pipeline: str, log: Log = quiet) -> Context:
 class Scenario:
     """`kind` is "totals" (accumulate sink), "latest" (replace sink) or "events" (append sink); see
     tests/pipelines/crash.py; or "latest_avro" (replace, its output Avro with a composite key and a copied header:
-    tests/pipelines/crash_avro.py)."""
+    tests/pipelines/crash_avro.py); or "deletes" (latest's sink with deletes, whose input has tombstones:
+    tests/pipelines/crash_deletes.py)."""
 
     def __init__(self, settings, suffix: str, kind: str, records: int = 2400, batch: int = 1500,
                  start: str = "earliest", seed: int | None = None, create_output: bool = True) -> None:
@@ -50,12 +51,13 @@ class Scenario:
         self.waves += 1
         generate.generate(self.settings, self.input, records=records, partitions=3, transaction_size=200,
                           malformed_every=331, seed=seed if seed is not None else len(self.suffix) + 10 + self.waves,
-                          customers=40)
+                          customers=40, **({"tombstone_every": 9} if self.kind == "deletes" else {}))
 
     def env(self, fault: str | None = None) -> dict[str, str]:
-        env = {**os.environ, config.DATABASE_URL: self.settings.database_url,
-               "EOSBATCH_PIPELINES": "tests.pipelines.crash_avro" if self.kind == "latest_avro"
-               else "tests.pipelines.crash", "EOSBATCH_TEST_SUFFIX": self.suffix,
+        module = {"latest_avro": "tests.pipelines.crash_avro", "deletes": "tests.pipelines.crash_deletes"}.get(
+            self.kind, "tests.pipelines.crash")
+        env = {**os.environ, config.DATABASE_URL: self.settings.database_url, "EOSBATCH_PIPELINES": module,
+               "EOSBATCH_TEST_SUFFIX": self.suffix,
                "EOSBATCH_TEST_BATCH": str(self.batch), "EOSBATCH_TEST_START": self.start,
                "PYTHONPATH": str(ROOT), "EOSBATCH_SPARK_MASTER": "local[2,3]"}  # 3 tries per Spark task
         env.pop(faults.FAULT, None)
@@ -119,12 +121,16 @@ class Scenario:
         inputs = read_topic(self.settings, self.input)
         orders, malformed = generate.valid_orders(inputs)
         assert not any(o["customer_id"].startswith("ghost") for o in orders), "read_committed leaked"
+        tombstones = [(r.key.decode(), r.partition, r.offset) for r in inputs if r.value is None]
+        if self.kind == "deletes":  # tombstones delete their order; they are not dead letters
+            malformed -= len(tombstones)
+        latest = generate.expected_latest(orders, tombstones if self.kind == "deletes" else ())
         if self.kind == "totals":
             assert self.sink() == generate.expected_totals(orders)
         elif self.kind == "events":
             assert self.sink() == expected_events(self.input, orders)
         else:
-            assert self.sink() == {k: v["amount"] for k, v in generate.expected_latest(orders).items()}
+            assert self.sink() == {k: v["amount"] for k, v in latest.items()}
         with store.transaction(self.settings) as cur:
             cur.execute('SELECT topic, partition, "offset" FROM eosbatch.dead_letters WHERE pipeline = %s',
                         (self.pipeline,))
@@ -160,8 +166,14 @@ class Scenario:
             assert sums == {k: v[0] for k, v in generate.expected_totals(orders).items()}
         else:  # each key's last published value, in commit order, is its latest in the input: nothing lost
             ordered = sorted(outputs, key=lambda r: int(r.headers.get("eosbatch.commit_seq", b"0")))
-            last = {(row := self.value(r))["order_id"]: row["amount"] for r in ordered}
-            assert last == {k: v["amount"] for k, v in generate.expected_latest(orders).items()}
+            last: dict[str, float] = {}
+            for r in ordered:
+                if r.value is None:  # a tombstone: the sink deleted the order
+                    last.pop(r.key.decode(), None)
+                else:
+                    row = self.value(r)
+                    last[row["order_id"]] = row["amount"]
+            assert last == {k: v["amount"] for k, v in latest.items()}
 
 
 def expected_events(topic: str, orders: list[dict]) -> dict[tuple, tuple]:

@@ -142,9 +142,11 @@ class TransactionalPublisher:
         self._undelivered = None
         self.state = TxnState.IN_TXN
 
-    def produce(self, topic: str, records: Iterable[tuple[bytes | None, bytes] | tuple[bytes | None, bytes, Headers]],
+    def produce(self, topic: str, records: Iterable[tuple[bytes | None, bytes | None]
+                                                    | tuple[bytes | None, bytes | None, Headers]],
                 headers: Headers) -> int:
-        """Produce `records` ((key, value) or (key, value, their own headers)), each with `headers` too.
+        """Produce `records` ((key, value) or (key, value, their own headers)), each with `headers` too; a
+        None value is a tombstone (a sink's delete).
         With `headers` empty a record's own list is passed as it is: header lists are most of the Python
         time a million records take, and a copy each adds ~6 % of publish's CPU."""
         self._require(TxnState.IN_TXN)

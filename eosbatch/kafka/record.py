@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 Headers = list[tuple[str, str | bytes | None]]  # what confluent_kafka's Producer.produce takes
-Outgoing = tuple[bytes | None, bytes, Headers]  # key, value, the record's headers
+Outgoing = tuple[bytes | None, bytes | None, Headers]  # key, value (None: a tombstone), the record's headers
 
 PIPELINE = "eosbatch.pipeline"
 BATCH = "eosbatch.batch"

@@ -13,7 +13,7 @@ from eosbatch.formats.schemas import to_json
 from eosbatch.ledger import lanes, schema_sets, sinks, store
 from eosbatch.ledger.staging import DEAD_LETTERS_STAGE
 from eosbatch.pipeline import KafkaSource
-from eosbatch.spark import reader, redrive, shaping, writer_schemas
+from eosbatch.spark import reader, redrive, shaping, tombstones, writer_schemas
 from eosbatch.spark.session import on_own_session
 from eosbatch.spark.staging import DEAD_LETTER_TIMES, RESULT_SCHEMA, StageTarget, WriterResult, stage_partition
 
@@ -46,9 +46,14 @@ def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -
                else reader.read_ranges(spark, settings, list(batch.ranges), pipeline.name))
     schemas = writer_schemas.for_batch(records, settings, pipeline, batch)  # {} unless a format names them by id
     parsed = reader.parse(records, pipeline.source, schemas)
+    ranges = list(batch.ranges)
+    parsed = tombstones.classified(parsed, pipeline, lambda df: shaping.transformed(pipeline, df, ranges).rows)
     good, observation = _counted(parsed, nonce)
-    shaped = shaping.transformed(pipeline, good, list(batch.ranges))
+    shaped = shaping.transformed(pipeline, tombstones.records(good, pipeline), ranges)
     result, columns = shaped
+    deleting = pipeline.sink.deletes is not None
+    if deleting:  # its tombstones beside the transform's rows, flagged
+        result = tombstones.with_tombstones(result, result.schema, good, pipeline)
     if settings.staging_writers:
         # Each staging task holds a PostgreSQL connection: at most this many, whatever the partition count
         # (a coalesce, so without a shuffle; it narrows the stages before it as well).
@@ -59,7 +64,10 @@ def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -
         log(f"batch {batch_id}: sink.evolve added column(s) {added} to {pipeline.sink.schema}.{pipeline.sink.table}")
     with store.transaction(settings) as cur:
         sinks.ensure_tables(cur, pipeline, columns)
-        sink_target = StageTarget("sink", sinks.stage_copy_target(pipeline, names).as_string(cur.connection),
+        if deleting:
+            sinks.ensure_deletes(cur, pipeline, columns)
+        staged_names = [*names, sinks.DELETED_COLUMN] if deleting else names
+        sink_target = StageTarget("sink", sinks.stage_copy_target(pipeline, staged_names).as_string(cur.connection),
                                   shaped.jsonb)
     staged = (result.mapInArrow(stage_partition(settings.psycopg_dsn, sink_target, nonce, batch_id, fault),
                                 RESULT_SCHEMA)
@@ -76,6 +84,9 @@ def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -
                                **({schema_sets.KEY: to_json(schemas)} if schemas else {})}
     if added:  # the sink's shape changed for this batch: it publishes from the outbox (outbox.early_refusal)
         writers["evolved"] = added
+    if deleting:
+        writers["deletes"] = True  # staged with the tombstone flag (sinks.stages_tombstones)
+        writers["tombstones"] = tally.tombstones  # steps.early
     counts = {"records_read": tally.records, "sink_rows_staged": sum(r.rows for r in sink_writers),
               "dead_letters": tally.malformed}
     faults.point("process.before_staged")
@@ -99,13 +110,17 @@ _TASK_ROW_BITS = 33
 class _Tally(NamedTuple):
     records: int    # records read (the batch's records_read)
     malformed: int  # of those, the ones that did not parse
+    tombstones: int = 0  # of the others, tombstones (a sink with deletes stages them)
 
 
 def _record_counts() -> list[Any]:
-    """The aggregates of records read ("records") and malformed ones ("malformed") over parsed records."""
+    """The aggregates of records read ("records"), malformed ones ("malformed") and well-formed tombstones
+    ("tombstones") over parsed records."""
     from pyspark.sql import functions as F
 
-    return [F.count(F.lit(1)).alias("records"), F.count_if(F.col(reader.ERROR_COLUMN).isNotNull()).alias("malformed")]
+    error = F.col(reader.ERROR_COLUMN)
+    return [F.count(F.lit(1)).alias("records"), F.count_if(error.isNotNull()).alias("malformed"),
+            F.count_if(error.isNull() & F.col("value").isNull()).alias("tombstones")]
 
 
 def _counted(parsed: Any, nonce: str) -> tuple[Any, Any]:
@@ -134,11 +149,11 @@ def _tally(observed: Any, parsed: Any, batch_id: int, log: Any) -> _Tally:
     """The records read and the malformed ones: the observation's counts if every task's counts were merged
     once, else a count of their own (an action, whose result Spark merges once per partition)."""
     if int(observed["tasks"]) == int(observed["partitions"]):
-        return _Tally(int(observed["records"]), int(observed["malformed"]))
+        return _Tally(int(observed["records"]), int(observed["malformed"]), int(observed["tombstones"]))
     log(f"batch {batch_id}: {observed['tasks']} tasks read records in {observed['partitions']} partitions "
         "(a task ran again after its executor was lost); counting the records once more")
     [exact] = parsed.agg(*_record_counts()).collect()
-    return _Tally(int(exact["records"]), int(exact["malformed"]))
+    return _Tally(int(exact["records"]), int(exact["malformed"]), int(exact["tombstones"]))
 
 
 def _stage_dead_letters(parsed: Any, source: KafkaSource, dsn: str, nonce: str, batch_id: int) -> list[WriterResult]:

@@ -28,7 +28,8 @@ def commit_and_publish(ctx: Context, batch_id: int) -> store.Batch:
 
     The order that matters stays: the Kafka transaction commits only after PostgreSQL's COMMIT, and only if
     it holds what the outbox holds. Its records are read from staging as the commit will write them
-    (sinks.early_outbox_query, None where that is not exact: then commit and publish as usual). The outbox
+    (sinks.early_outbox_query, None where that is not exact, or where the batch carries tombstones: then
+    commit and publish as usual). The outbox
     holds a subset of them (the rows the sink stored, each as it came), so equal counts make them the same
     records; with another count (a row the sink refused as older, one too big to publish), another commit
     sequence number (the other lane committed meanwhile), a failed produce or a failed Kafka commit, the
@@ -49,6 +50,11 @@ def commit_and_publish(ctx: Context, batch_id: int) -> store.Batch:
                 log(f"batch {batch_id}: not published early ({why_not}); committing, then publishing from "
                     "the outbox")
             sequence = commits.upcoming_commit_seq(cur, pipeline.name)
+    staged: dict[str, Any] = dict(batch.writers or {}) if query is not None else {}
+    if tombstones := int(staged.get("tombstones") or 0):
+        log(f"batch {batch_id}: not published early: its {tombstones} tombstone(s) delete only the rows the "
+            "sink holds when it commits, which no read before the commit can tell")
+        query = None
     if query is None or pipeline.output is None:
         commit(ctx, batch_id)
         return publish(ctx, batch_id)

@@ -45,8 +45,9 @@ MALFORMED = [b"not json at all", b'{"order_id": "x-1", "customer_id": "c-1"}',
 
 def generate(settings: Settings, topic: str = "orders", records: int = 10_000, partitions: int = 4,
              transaction_size: int = 500, abort_every: int = 5, malformed_every: int = 997,
-             seed: int = 7, customers: int = 200, value_padding: int = 0) -> Produced:
-    """Produce `records` records in transactions; every `abort_every`-th transaction is aborted."""
+             seed: int = 7, customers: int = 200, value_padding: int = 0, tombstone_every: int = 0) -> Produced:
+    """Produce `records` records in transactions; every `abort_every`-th transaction is aborted. With
+    `tombstone_every`, every such record is a tombstone (a null value) keyed by an earlier order id."""
     rng = random.Random(seed)
     ensure_topics(settings, {topic: partitions})
     producer = clients.producer(settings, **{"transactional.id": f"eosbatch-demo-generator-{topic}-{seed}",
@@ -69,6 +70,8 @@ def generate(settings: Settings, topic: str = "orders", records: int = 10_000, p
             if not abort and malformed_every and sequence % malformed_every == 0:
                 value, order = MALFORMED[sequence % len(MALFORMED)], None
                 key = f"bad-{sequence}".encode()
+            elif tombstone_every and sequence % tombstone_every == 0:
+                value, order, key = None, None, f"o-{rng.randrange(1, sequence + 1)}".encode()
             else:
                 # 1 in 10 orders repeats an earlier order id: an update that a replace sink must keep last.
                 order_no = rng.randrange(1, sequence + 1) if rng.random() < 0.1 else sequence
@@ -154,10 +157,15 @@ def expected_totals(orders: list[dict]) -> dict[str, tuple[Decimal, int]]:
     return {k: (v[0], v[1]) for k, v in totals.items()}
 
 
-def expected_latest(orders: list[dict]) -> dict[str, dict]:
+def expected_latest(orders: list[dict], tombstones: Iterable[tuple[str, int, int]] = ()) -> dict[str, dict]:
+    """Each order's latest version; `tombstones` (order id, partition, offset) delete theirs."""
     latest: dict[str, dict] = {}
-    for order in sorted(orders, key=lambda o: (o["partition"], o["offset"])):
-        latest[order["order_id"]] = order  # keys land on one partition, so offset order is the input order
+    deletes = [{"order_id": key, "partition": p, "offset": o, "deleted": True} for key, p, o in tombstones]
+    for order in sorted([*orders, *deletes], key=lambda o: (o["partition"], o["offset"])):
+        if order.get("deleted"):
+            latest.pop(order["order_id"], None)
+        else:
+            latest[order["order_id"]] = order  # keys land on one partition, so offset order is the input order
     return latest
 
 

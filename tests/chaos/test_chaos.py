@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from psycopg2 import sql
 
 from eosbatch import config
 from eosbatch.ledger import lanes, store
@@ -43,7 +44,11 @@ PG_CRASH = [
     ("publish.mid_produce", "totals", "committed", "publish"),     # a Kafka transaction left open
     ("publish.after_kafka_commit", "latest", "committed", "publish"),
     ("publish.mid_produce", "events", "committed", "publish"),     # append: committed, then published once
+    # A sink with deletes, two batches: the fault acts in the second, whose tombstones delete the first's rows.
+    ("commit.after_commit", "deletes", "committed", "commit"),     # a COMMIT that deleted rows and left markers
+    ("publish.mid_produce", "deletes", "committed", "publish"),    # tombstones in the open Kafka transaction
 ]
+DELETES_BATCH = 700  # of RECORDS: two batches
 
 
 def _cmdline(pid: int) -> str:
@@ -93,21 +98,24 @@ def assert_failures_are_clear(results: list[dict[str, Any]]) -> None:
 
 @pytest.mark.parametrize("recovery", ["run", "retry"])
 @pytest.mark.parametrize(("point", "kind", "left", "task"), PG_CRASH,
-                         ids=[p[0] if p[1] != "events" else f"{p[0]}-append" for p in PG_CRASH])
+                         ids=[p[0] + {"events": "-append", "deletes": "+deletes"}.get(p[1], "") for p in PG_CRASH])
 def test_postgres_crash_at_fault_point_then_recovery(settings, unique, services, runners, point, kind, left, task,
                                                      recovery):
     """The runner is frozen at `point`; PostgreSQL stops like a power cut and restarts (crash recovery empties
     the UNLOGGED staging tables); the runner is SIGKILLed. Then either `eosbatch run` recovers, or Airflow
     retries the task that was running and carries on with the DAG run, and `eosbatch run` does the next run."""
-    scenario = Scenario(settings, unique, kind, records=RECORDS, batch=BATCH)
-    first = runners.start(scenario, fault=f"{point}:stop")
+    deletes = kind == "deletes"
+    scenario = Scenario(settings, unique, kind, records=RECORDS, batch=DELETES_BATCH if deletes else BATCH)
+    first = runners.start(scenario, fault=f"{point}{'@2' if deletes else ''}:stop")
     frozen = first.stopped_at(point)
     if point == "process.mid_staging":  # the env and the fired file reach an executor's Python worker
         assert frozen != first.pid and "pyspark.daemon" in _cmdline(frozen), _cmdline(frozen)
     services.crash_postgres()
     first.kill()
     assert first.fired_points() == [point]
-    [(batch_id, _, state)] = scenario.batches()
+    *_, (batch_id, _, state) = scenario.batches()
+    if deletes:  # the first batch was published; the second deleted some of its rows
+        assert scenario.states()[0] == "published" and _deleted_rows(settings, batch_id) > 0
     assert state == left, f"after the crash batch {batch_id} is {state}, expected {left}"
 
     if recovery == "run":
@@ -122,6 +130,18 @@ def test_postgres_crash_at_fault_point_then_recovery(settings, unique, services,
     # The verifier's Spark recompute of the sink once, in the issue's own case (a retried commit once moved an
     # emptied staging and left an empty sink); elsewhere Scenario's check compares the sink with the input.
     end_exactly_once(scenario, recompute=(point, recovery) == ("process.after_staged", "retry"))
+
+
+def _deleted_rows(settings, batch_id: int) -> int:
+    """The sink rows a committed batch deleted: the tombstones in its outbox."""
+    with store.transaction(settings) as cur:
+        cur.execute("SELECT outbox_columns FROM eosbatch.batches WHERE id = %s", (batch_id,))
+        assert "_eosbatch_deleted" in cur.fetchone()[0]
+        cur.execute("SELECT pipeline FROM eosbatch.batches WHERE id = %s", (batch_id,))
+        [pipeline] = cur.fetchone()
+        cur.execute(sql.SQL("SELECT count(*) FROM {} WHERE _eosbatch_batch = %s AND _eosbatch_deleted").format(
+            sql.Identifier("eosbatch", f"outbox_{pipeline}")), (batch_id,))
+        return int(cur.fetchone()[0])
 
 
 # EOSBATCH_EARLY_PUBLISH: the batch's Kafka transaction is filled while PostgreSQL commits it

@@ -61,6 +61,21 @@ def make(suffix: str, batch: int = 1500, start: str = "earliest", slow: float = 
     return totals, latest
 
 
+def make_deletes(suffix: str, batch: int = 1500, start: str = "earliest") -> Pipeline:
+    """crash_deletes_<suffix>: crash_latest's pipeline whose sink takes deletes (a tombstone keyed by an order id
+    deletes the order). Imports the deletes API only when called: the previous release lacks it."""
+    from eosbatch import Deletes
+
+    return Pipeline(
+        name=f"crash_deletes_{suffix}",
+        source=KafkaSource(topics=[f"crash_in_{suffix}"], max_records_per_batch=batch, value_schema=ORDER_SCHEMA,
+                           starting_offsets=start),  # type: ignore[arg-type]
+        transform=to_latest,
+        sink=PostgresSink(table=f"crash_deletes_{suffix}", key=["order_id"], deletes=Deletes()),
+        output=KafkaOutput(topic=f"crash_deletes_out_{suffix}", key="order_id"),
+    )
+
+
 def to_events(orders: Any) -> Any:
     """Each order as two ledger entries (a debit and a credit): a record the transform makes two rows of, kept
     at its source position, for the append sink."""

@@ -10,7 +10,15 @@ from typing import NamedTuple
 
 from psycopg2 import sql
 
-from eosbatch.ledger.sinks.names import BATCH_COLUMN, WRITER_COLUMN, Column, outbox_table, sink_table, stage_table
+from eosbatch.ledger.sinks.names import (
+    BATCH_COLUMN,
+    DELETED_COLUMN,
+    WRITER_COLUMN,
+    Column,
+    outbox_table,
+    sink_table,
+    stage_table,
+)
 from eosbatch.ledger.store import Batch, Cursor
 from eosbatch.pipeline import Pipeline
 
@@ -62,7 +70,7 @@ class SinkShape:
     @property
     def stage_columns(self) -> list[str]:
         """The staging table's sink columns (none when it does not exist)."""
-        return [c for c in self.stage_types if c not in (BATCH_COLUMN, WRITER_COLUMN)]
+        return [c for c in self.stage_types if c not in (BATCH_COLUMN, WRITER_COLUMN, DELETED_COLUMN)]
 
     def batch_columns(self, batch: Batch) -> list[str]:
         """The columns this batch staged (recorded at `staged`), or for an older batch all staging columns."""

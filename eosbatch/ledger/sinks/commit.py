@@ -13,14 +13,16 @@ from psycopg2 import sql
 from eosbatch.ledger.cleanup import table_exists
 from eosbatch.ledger.errors import first_line
 from eosbatch.ledger.exceptions import SinkError
-from eosbatch.ledger.sinks import catalog, dead_letters, evolve, rendering, statements
+from eosbatch.ledger.sinks import catalog, dead_letters, deletes, evolve, rendering, statements
 from eosbatch.ledger.sinks.catalog import KeyColumns
 from eosbatch.ledger.sinks.modes import mode_of
 from eosbatch.ledger.sinks.names import (
     AMBIGUOUS_KEY,
     BATCH_COLUMN,
+    DELETED_COLUMN,
     RECORD_TOO_BIG,
     WRITER_COLUMN,
+    Column,
     listed,
     position_columns,
     sink_table,
@@ -132,7 +134,10 @@ def _move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: bo
     params: dict[str, object] = {"batch": batch.id, "writers": batch.writer_tags("sink")}
     bytewise = shape.keys.bytewise
     mode = mode_of(pipeline)
-    rows, out = statements.batch_rows(pipeline, columns, flagged=True, bytewise=bytewise)
+    deleting = stages_tombstones(pipeline, batch)
+    chosen = deletes.staged(columns) if deleting else columns  # what the batch's latest rows are chosen from
+    rows, out = statements.batch_rows(pipeline, chosen, flagged=True, bytewise=bytewise)
+    out = [c for c in out if c != DELETED_COLUMN]
     output = pipeline.output if with_outbox else None
     limit = max_record_bytes if output is not None else None
     # The result rows' types: an accumulate sink publishes them (its deltas), and the size bound reads them.
@@ -146,19 +151,22 @@ def _move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: bo
         # run's critical path; publish renders it instead (see migration 0008).
         published_types = result_columns if mode.publishes_result_rows else catalog.result_columns(
             cur, sql.SQL("SELECT {} FROM {}").format(listed(out), sink_table(pipeline)), params)
-        ensure_outbox(cur, pipeline, published_types, shape)
-        outbox_columns = out
-        outbox = statements.outbox_insert(pipeline, out)
+        flag = [Column(DELETED_COLUMN, "boolean")] if deleting else []
+        ensure_outbox(cur, pipeline, [*published_types, *flag], shape)
+        outbox_columns = [*out, *(c.name for c in flag)]
+        outbox = deletes.outbox_insert(pipeline, out) if deleting else statements.outbox_insert(pipeline, out)
     upsert = statements.upsert(pipeline, columns, out, batch.kind)
     fits = size = sql.SQL("true")
     if output is not None and limit is not None:
         params.update(max_bytes=limit, pipeline=pipeline.name)
         size, fits = rendering.record_size(output), rendering.record_fits(result_columns, output)
-    checked = statements.checked_rows(pipeline, columns, bytewise)
+    checked = statements.checked_rows(pipeline, chosen, bytewise)
 
     def move(write: sql.Composable) -> tuple[int, int]:
-        cur.execute(statements.move(pipeline, checked, fits, write, outbox),
-                    {**params, "ambiguous": AMBIGUOUS_KEY, "too_big": RECORD_TOO_BIG})
+        statement = deletes.move(pipeline, columns, out, batch.kind, checked, fits, write, outbox,
+                                 statements.key_text(pipeline)) if deleting else statements.move(
+            pipeline, checked, fits, write, outbox)
+        cur.execute(statement, {**params, "ambiguous": AMBIGUOUS_KEY, "too_big": RECORD_TOO_BIG})
         changed, outboxed = cur.fetchone()
         return int(changed), int(outboxed)
 
@@ -186,11 +194,21 @@ def _move_to_sink(cur: Cursor, pipeline: Pipeline, batch: Batch, with_outbox: bo
     assert output is not None  # only a limit refuses a record as too big
 
     # Some output record is over the limit: the statement that also moves such rows to the dead letters.
-    cur.execute(dead_letters.move_with_too_big(pipeline, output, rows, out, size, fits, upsert, outbox), params)
+    if deleting:
+        cur.execute(deletes.move_with_too_big(pipeline, columns, out, batch.kind, rows, fits, dead_letters.too_big(
+            pipeline, output, out, size, fits), upsert, outbox), params)
+    else:
+        cur.execute(dead_letters.move_with_too_big(pipeline, output, rows, out, size, fits, upsert, outbox), params)
     sink_rows, outboxed, oversized, ambiguous = cur.fetchone()
     if ambiguous:
         raise _ambiguous_key(cur, pipeline, columns, params)  # the caller's rollback undoes the statement
     return Moved(int(sink_rows), int(outboxed), int(oversized), outbox_columns)
+
+
+def stages_tombstones(pipeline: Pipeline, batch: Batch) -> bool:
+    """Whether this batch was staged with the tombstone flag (its sink takes deletes; the process step
+    records it): only then does its commit delete, and weigh its rows against the deleted markers."""
+    return pipeline.sink.deletes is not None and bool((batch.writers or {}).get("deletes"))
 
 
 def _ambiguous_key(cur: Cursor, pipeline: Pipeline, columns: list[str], params: dict[str, object]) -> SinkError:

@@ -73,7 +73,8 @@ def missing_privileges(cur: Cursor, pipeline: Pipeline, sink_exists: bool) -> tu
     wanted: list[tuple[str, str, str]] = []  # (privilege, on, SQL asking for it)
     if sink_exists:
         wanted.append(("USAGE", f"schema {schema}", "has_schema_privilege(%(schema)s, 'USAGE')"))
-        wanted += [(p, f"{schema}.{name}", f"has_table_privilege(%(table)s, '{p}')") for p in SINK_PRIVILEGES]
+        privileges = (*SINK_PRIVILEGES, "DELETE") if pipeline.sink.deletes is not None else SINK_PRIVILEGES
+        wanted += [(p, f"{schema}.{name}", f"has_table_privilege(%(table)s, '{p}')") for p in privileges]
     elif sink_schema_exists:
         wanted.append(("CREATE", f"schema {schema} (the first batch creates the sink)",
                        "has_schema_privilege(%(schema)s, 'CREATE')"))
@@ -94,11 +95,12 @@ def missing_privileges(cur: Cursor, pipeline: Pipeline, sink_exists: bool) -> tu
 
 def _ledger_objects(cur: Cursor) -> list[str]:
     """The ledger's own tables this role may not read and write, its sequences it may not use (pipelines'
-    staging and outbox tables excluded: a batch makes its own)."""
+    staging, outbox and deleted-marker tables excluded: a batch makes its own)."""
     cur.execute(
         """SELECT c.relkind = 'S', c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
             WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'S')
               AND c.relname NOT LIKE 'stage\\_%%' AND c.relname NOT LIKE 'outbox\\_%%'
+              AND c.relname NOT LIKE 'deleted\\_%%'
               AND NOT CASE WHEN c.relkind = 'S' THEN has_sequence_privilege(c.oid, 'USAGE')
                       ELSE has_table_privilege(c.oid, 'SELECT') AND has_table_privilege(c.oid, 'INSERT')
                            AND has_table_privilege(c.oid, 'UPDATE') AND has_table_privilege(c.oid, 'DELETE') END

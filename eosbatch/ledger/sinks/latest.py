@@ -41,29 +41,34 @@ def in_batch_order(pipeline: Pipeline, columns: list[str]) -> list[sql.Composabl
     return [*order, sql.SQL("ctid")]
 
 
-def _position_wins(columns: list[str], kind: BatchKind) -> sql.Composable:
+def _position_wins(columns: list[str], kind: BatchKind, stored: str = "s", new: str = "EXCLUDED") -> sql.Composable:
     """Without an order_by: the higher offset of the same partition wins; across partitions a regular batch
     (a later commit) wins, while a backfill or replay only beats a lower offset of the same partition (it
     carries older data); a reprocess re-asserts its own positions."""
     position = position_columns(columns)
     if not position:
         return sql.SQL("true" if lane(kind) == "regular" or kind == "reprocess" else "false")
-    same_source = sql.SQL(" AND ").join(sql.SQL("s.{c} IS NOT DISTINCT FROM EXCLUDED.{c}").format(c=sql.Identifier(c))
-                                        for c in position[:-1])
-    later = sql.SQL("EXCLUDED.{o} {op} s.{o}").format(o=sql.Identifier("offset"),
-                                                     op=sql.SQL(">=" if kind == "reprocess" else ">"))
+    s, n = sql.SQL(stored), sql.SQL(new)
+    same_source = sql.SQL(" AND ").join(sql.SQL("{s}.{c} IS NOT DISTINCT FROM {n}.{c}").format(
+        c=sql.Identifier(c), s=s, n=n) for c in position[:-1])
+    later = sql.SQL("{n}.{o} {op} {s}.{o}").format(o=sql.Identifier("offset"), s=s, n=n,
+                                                   op=sql.SQL(">=" if kind == "reprocess" else ">"))
     if lane(kind) == "regular":
         return sql.SQL("(NOT ({}) OR {})").format(same_source, later)
     return sql.SQL("({} AND {})").format(same_source, later)
 
 
-def new_row_wins(pipeline: Pipeline, columns: list[str], kind: BatchKind) -> sql.Composable:
+def new_row_wins(pipeline: Pipeline, columns: list[str], kind: BatchKind, stored: str = "s",
+                 new: str = "EXCLUDED") -> sql.Composable:
     """The DO UPDATE condition (the stored row is `s`, the batch's EXCLUDED): with order_by the highest value
     wins and NULL never beats a value (so a stored NULL never freezes a key); equal values fall to the
-    position rule."""
-    condition = _position_wins(columns, kind)
+    position rule. A sink with deletes asks the same of other pairs (`stored`, `new`: a deleted marker and a
+    row, a stored row and a tombstone: ledger.sinks.deletes)."""
+    condition = _position_wins(columns, kind, stored, new)
+    s, n = sql.SQL(stored), sql.SQL(new)
     for column in reversed(pipeline.sink.order_by):
         c = sql.Identifier(column)
-        condition = sql.SQL("((s.{c} IS NULL AND EXCLUDED.{c} IS NOT NULL) OR EXCLUDED.{c} > s.{c} "
-                            "OR (s.{c} IS NOT DISTINCT FROM EXCLUDED.{c} AND {rest}))").format(c=c, rest=condition)
+        condition = sql.SQL("(({s}.{c} IS NULL AND {n}.{c} IS NOT NULL) OR {n}.{c} > {s}.{c} "
+                            "OR ({s}.{c} IS NOT DISTINCT FROM {n}.{c} AND {rest}))").format(
+                                c=c, rest=condition, s=s, n=n)
     return condition

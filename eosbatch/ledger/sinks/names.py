@@ -16,6 +16,8 @@ BATCH_COLUMN = "_eosbatch_batch"
 WRITER_COLUMN = "_eosbatch_writer"
 SEQ_COLUMN = "_eosbatch_seq"  # an output record's place in its batch's typed outbox
 AMBIGUOUS_COLUMN = "_eosbatch_ambiguous"  # only in the commit statement's result rows, never stored
+# A staged row, an outbox record: a tombstone (true) or a row (false); only for a sink with deletes.
+DELETED_COLUMN = "_eosbatch_deleted"
 # SQLSTATEs that eosbatch.refuse_row raises for a result row failing a commit check (migration 0009).
 AMBIGUOUS_KEY, RECORD_TOO_BIG = "EB001", "EB002"
 MAX_NAME_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: a longer name is cut short, silently
@@ -43,6 +45,11 @@ def stage_table(pipeline: Pipeline) -> sql.Identifier:
 
 def outbox_table(pipeline: Pipeline) -> sql.Identifier:
     return sql.Identifier("eosbatch", f"outbox_{pipeline.name}")
+
+
+def deleted_table(pipeline: Pipeline) -> sql.Identifier:
+    """A sink with deletes: the deleted markers, one row per deleted key (docs/deletes.md)."""
+    return sql.Identifier("eosbatch", f"deleted_{pipeline.name}")
 
 
 def stage_copy_target(pipeline: Pipeline, columns: list[str]) -> sql.Composed:

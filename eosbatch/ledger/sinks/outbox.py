@@ -9,10 +9,18 @@ import re
 
 from psycopg2 import sql
 
-from eosbatch.ledger.sinks import catalog, rendering, statements
+from eosbatch.ledger.sinks import catalog, deletes, latest, rendering, statements
 from eosbatch.ledger.sinks.catalog import SinkShape
 from eosbatch.ledger.sinks.modes import mode_of
-from eosbatch.ledger.sinks.names import BATCH_COLUMN, SEQ_COLUMN, listed, outbox_table, position_columns
+from eosbatch.ledger.sinks.names import (
+    BATCH_COLUMN,
+    DELETED_COLUMN,
+    SEQ_COLUMN,
+    deleted_table,
+    listed,
+    outbox_table,
+    position_columns,
+)
 from eosbatch.ledger.store import Batch, Cursor
 from eosbatch.pipeline import Pipeline
 
@@ -20,13 +28,25 @@ from eosbatch.pipeline import Pipeline
 def outbox_query(pipeline: Pipeline, columns: list[str]) -> sql.Composed:
     """Read a batch's typed outbox as publish needs it: seq, key, its source, its copied headers and value
     (rendering.published). row_to_json over the batch's columns, in the commit's order, renders exactly what
-    the commit's own row_to_json did when the outbox held JSON (migration 0008). One parameter: the batch's id."""
+    the commit's own row_to_json did when the outbox held JSON (migration 0008). A record flagged
+    DELETED_COLUMN (a sink with deletes) is a tombstone: its value is NULL. One parameter: the batch's id."""
     assert pipeline.output is not None
+    plain = [c for c in columns if c != DELETED_COLUMN]
     return sql.SQL("SELECT q.{seq}::text, {okey}, {src}, {published} FROM {t} q "
                    "CROSS JOIN LATERAL (SELECT {cols}) r WHERE q.{batch} = %s").format(
-        seq=sql.Identifier(SEQ_COLUMN), okey=rendering.key(pipeline.output, "r"), src=_source("q", columns),
-        published=rendering.published(pipeline.output, "r"), t=outbox_table(pipeline), cols=listed(columns, "q"),
-        batch=sql.Identifier(BATCH_COLUMN))
+        seq=sql.Identifier(SEQ_COLUMN), okey=rendering.key(pipeline.output, "r"), src=_source("q", plain),
+        published=_published(pipeline, "q", DELETED_COLUMN in columns), t=outbox_table(pipeline),
+        cols=listed(plain, "q"), batch=sql.Identifier(BATCH_COLUMN))
+
+
+def _published(pipeline: Pipeline, alias: str, flagged: bool) -> sql.Composable:
+    """rendering.published of row `r`; where `alias`'s DELETED_COLUMN says so (a sink with deletes, whose output
+    is a JSON value without copied headers: pipeline.Pipeline), a tombstone: a NULL value."""
+    assert pipeline.output is not None
+    if not flagged:
+        return rendering.published(pipeline.output, "r")
+    return sql.SQL("CASE WHEN {}.{} THEN NULL ELSE row_to_json(r.*)::text END").format(
+        sql.Identifier(alias), sql.Identifier(DELETED_COLUMN))
 
 
 def json_outbox_query() -> sql.SQL:
@@ -58,9 +78,8 @@ def early_outbox_query(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Com
     shape = catalog.read(cur, pipeline)
     if refusal(shape, batch) is not None:
         return None
-    return early_query(pipeline, shape, shape.batch_columns(batch))
-
-
+    deleting = pipeline.sink.deletes is not None and bool((batch.writers or {}).get("deletes"))
+    return early_query(pipeline, shape, shape.batch_columns(batch), deleting)
 def early_refusal(cur: Cursor, pipeline: Pipeline, batch: Batch) -> str | None:
     """Why this staged batch may not publish early although its mode could (one phrase for the run's log), or
     None."""
@@ -83,7 +102,8 @@ def refusal(shape: SinkShape, batch: Batch) -> str | None:
     return None
 
 
-def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str]) -> sql.Composed | None:
+def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str], deleting: bool = False
+                ) -> sql.Composed | None:
     """The records the commit of a batch that staged `columns` will write to its outbox, read from staging
     before it commits, rendered as `outbox_query` renders the outbox (seq, key, source, headers, value); None where
     they might differ, so that only the outbox can say. Parameters: batch, writers.
@@ -97,7 +117,12 @@ def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str]) -> sql
     updates a row is the stored one, so the key must be one whose equal values are the same bytes: the same
     type in staging and the sink, among EXACT_KEY_TYPES, under deterministic collations (a citext or numeric
     key, or a case-insensitive collation, would publish the batch's spelling of a key the sink spells
-    otherwise). Only seq differs: it numbers the records in this query's order, a permutation."""
+    otherwise). Only seq differs: it numbers the records in this query's order, a permutation.
+
+    `deleting` (a batch staged with the tombstone flag): a row older than its key's deleted marker is left out,
+    as the commit leaves it; a tombstone is rendered as the outbox renders a deleted row (the key, a NULL
+    value, the tombstone's source position), though steps.early publishes no batch with tombstones early:
+    whether one deletes a row depends on the sink, which its commit changes while this query reads."""
     if pipeline.output is None or not mode_of(pipeline).may_publish_early:
         return None
     keys = shape.keys
@@ -107,15 +132,28 @@ def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str]) -> sql
     if shape.nondeterministic_key or not shape.sink_exists or shape.rewrites_rows:
         return None
     sink_types = shape.sink_types  # with typmods: the casts convert as storing does
-    rows, out = statements.batch_rows(pipeline, columns, bytewise=keys.bytewise)
+    rows, out = statements.batch_rows(pipeline, deletes.staged(columns) if deleting else columns,
+                                      bytewise=keys.bytewise)
+    out = [c for c in out if c != DELETED_COLUMN]
     if not columns or any(c not in sink_types for c in out):
         return None
     casts = sql.SQL(", ").join(sql.SQL("CAST(c.{n} AS {t}) AS {n}").format(n=sql.Identifier(c),
                                                                            t=sql.SQL(sink_types[c])) for c in out)
     return sql.SQL("SELECT (row_number() OVER ())::text, {okey}, {src}, {published} "
-                   "FROM ({rows}) c CROSS JOIN LATERAL (SELECT {casts}) r").format(
+                   "FROM ({rows}) c CROSS JOIN LATERAL (SELECT {casts}) r{where}").format(
         okey=rendering.key(pipeline.output, "r"), src=_source("r", out),
-        published=rendering.published(pipeline.output, "r"), rows=rows, casts=casts)
+        published=_published(pipeline, "c", deleting), rows=rows, casts=casts,
+        where=_early_deletes(pipeline, columns) if deleting else sql.SQL(""))
+
+
+def _early_deletes(pipeline: Pipeline, columns: list[str]) -> sql.Composed:
+    """early_query's filter of a batch staged with the tombstone flag (batch rows `c`): the rows its commit
+    writes, leaving out those older than their key's deleted marker (only tombstones change markers, and a
+    batch with tombstones does not publish early: steps.early)."""
+    same = sql.SQL(" AND ").join(sql.SQL("d.{k} = c.{k}").format(k=sql.Identifier(k)) for k in pipeline.sink.key)
+    return sql.SQL(" WHERE c.{flag} OR NOT EXISTS (SELECT FROM {marker} d WHERE {same} AND NOT {wins})").format(
+        flag=sql.Identifier(DELETED_COLUMN), marker=deleted_table(pipeline), same=same,
+        wins=latest.new_row_wins(pipeline, columns, "regular", stored="d", new="c"))
 
 
 def legacy_outbox(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Composed | None:

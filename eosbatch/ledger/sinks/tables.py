@@ -7,7 +7,7 @@ from psycopg2 import sql
 
 from eosbatch.ledger.cleanup import OPEN_BATCH_IDS, open_batch_params
 from eosbatch.ledger.exceptions import SinkError
-from eosbatch.ledger.sinks import catalog, output_fit
+from eosbatch.ledger.sinks import catalog, markers, output_fit
 from eosbatch.ledger.sinks.catalog import SinkShape
 from eosbatch.ledger.sinks.modes import mode_of
 from eosbatch.ledger.sinks.names import (
@@ -46,6 +46,8 @@ def validate_columns(pipeline: Pipeline, columns: list[Column]) -> None:
         if missing := [c for c in wanted if c not in names]:
             raise SinkError(f"{field}: the transform's output lacks {missing}; it has {names}")
     mode_of(pipeline).check_columns(sink, names)
+    if sink.deletes is not None:
+        markers.check_columns(pipeline, columns)
     output_fit.check_columns(pipeline, columns)
 
 
