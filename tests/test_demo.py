@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_demo_runs_end_to_end_and_checks_exactly_once(settings) -> None:
-    env = {**os.environ, **config.to_env(settings), config.PIPELINES: "examples.orders.pipeline",
-           "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, **config.to_env(settings),
+           config.PIPELINES: "examples.orders.pipeline,examples.customers.pipeline", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "examples.orders.demo", "--records", "3000"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
