@@ -26,15 +26,11 @@ from eosbatch.ledger import schema_sets, store
 from eosbatch.verify import audit, check_output
 from examples.orders import generate
 from tests.integration.conftest import Registry
+from tests.integration.test_formats import V1, V2  # the same two schema versions
 from tests.scenario import context
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
-V1 = {"type": "record", "name": "Customer", "namespace": "shop",
-      "fields": [{"name": "id", "type": "string"}, {"name": "visits", "type": "int"}]}
-V2 = {"type": "record", "name": "Customer", "namespace": "shop",
-      "fields": [{"name": "id", "type": "string"}, {"name": "visits", "type": "long"},
-                 {"name": "email", "type": ["null", "string"], "default": None}]}
 UNKNOWN_ID = 2_000_000_000  # never given out by the test's registry
 
 
