@@ -37,6 +37,11 @@ def map_spark_error(exc: BaseException, where: str, database_url: str = "") -> E
     if type(exc).__module__.partition(".")[0] == "psycopg2":  # the driver's own ledger or sink statement
         return _postgres_error(exc, database_url)
     names, line = _names(exc), first_line(exc)
+    if "AVRO_NOT_LOADED" in line:  # a Connect server started without spark-avro (before eosbatch read Avro)
+        return TransformError(f"{where}: the Spark engine has no spark-avro jar ({line.split(']')[0]}]): restart "
+                              "the Connect server with it (`eosbatch stack down && eosbatch stack up` on the "
+                              "embedded stack; elsewhere add org.apache.spark:spark-avro_2.13 at the server's "
+                              "Spark version to its --jars)")
     if names & _TERMINAL:
         return TransformError(f"{where}: {type(exc).__name__}: {line}")
     if names & _UNAVAILABLE or any(mark in str(exc) for mark in _SESSION_GONE):

@@ -223,6 +223,17 @@ def test_spark_errors_map_to_terminal_and_transient_by_kind() -> None:
     assert map_spark_error(ours, "p") is ours
 
 
+def test_a_connect_server_without_spark_avro_is_a_terminal_error_saying_how_to_restart_it() -> None:
+    """What a Connect server started before eosbatch read Avro (no spark-avro in its --jars) answers."""
+    from eosbatch.engine.errors import map_spark_error
+    from eosbatch.engine.exceptions import TransformError
+
+    error = map_spark_error(_named("AnalysisException", "[AVRO_NOT_LOADED_SQL_FUNCTIONS_UNUSABLE] Cannot call the "
+                                   "FROM_AVRO SQL function because the Avro data source is not loaded."), "process")
+    assert isinstance(error, TransformError)
+    assert "spark-avro" in str(error) and "eosbatch stack up" in str(error), error
+
+
 def test_a_driver_s_psycopg2_error_is_mapped_as_the_ledger_maps_it_else_terminal() -> None:
     """The driver's own statements (the sink and staging tables) meet PostgreSQL directly: a refused
     statement fails the same way again, so it is terminal, not the transient SparkJobFailed."""
