@@ -9,6 +9,7 @@ import subprocess
 import sys
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from psycopg2 import sql
 
@@ -31,7 +32,8 @@ class Scenario:
     """`kind` is "totals" (accumulate sink), "latest" (replace sink) or "events" (append sink); see
     tests/pipelines/crash.py; or "latest_avro" (replace, its output Avro with a composite key and a copied header:
     tests/pipelines/crash_avro.py); or "deletes" (latest's sink with deletes, whose input has tombstones:
-    tests/pipelines/crash_deletes.py)."""
+    tests/pipelines/crash_deletes.py); or "evolving" (latest's sink evolving, a jsonb column `detail` from the
+    second batch on: tests/pipelines/crash_evolving.py)."""
 
     def __init__(self, settings, suffix: str, kind: str, records: int = 2400, batch: int = 1500,
                  start: str = "earliest", seed: int | None = None, create_output: bool = True) -> None:
@@ -54,7 +56,8 @@ class Scenario:
                           customers=40, **({"tombstone_every": 9} if self.kind == "deletes" else {}))
 
     def env(self, fault: str | None = None) -> dict[str, str]:
-        module = {"latest_avro": "tests.pipelines.crash_avro", "deletes": "tests.pipelines.crash_deletes"}.get(
+        module = {"latest_avro": "tests.pipelines.crash_avro", "deletes": "tests.pipelines.crash_deletes",
+                  "evolving": "tests.pipelines.crash_evolving"}.get(
             self.kind, "tests.pipelines.crash")
         env = {**os.environ, config.DATABASE_URL: self.settings.database_url, "EOSBATCH_PIPELINES": module,
                "EOSBATCH_TEST_SUFFIX": self.suffix,
@@ -95,8 +98,28 @@ class Scenario:
                 cur.execute(sql.SQL('SELECT topic, partition, "offset", row_in_record, order_id, side, amount '
                                     "FROM {}").format(table))
                 return {tuple(row[:4]): tuple(row[4:]) for row in cur.fetchall()}
+            if self.kind == "evolving":  # the amount and the column the second batch added (jsonb)
+                cur.execute(sql.SQL("SELECT order_id, amount, detail FROM {}").format(table))
+                return {order_id: (amount, detail) for order_id, amount, detail in cur.fetchall()}
             cur.execute(sql.SQL("SELECT order_id, amount FROM {}").format(table))
             return dict(cur.fetchall())
+
+    def expected_latest(self, latest: dict[str, dict]) -> dict:
+        """What sink() holds for each order's latest version; "evolving": with its `detail`, which tests/pipelines/
+        factory.py's to_evolving gave the orders of every published batch but the first (ranges from offset 0)."""
+        if self.kind != "evolving":
+            return {k: v["amount"] for k, v in latest.items()}
+        with store.transaction(self.settings) as cur:
+            later = [r for batch_id, kind, state in self.batches() if state == "published" and kind == "regular"
+                     for batch in [store.get_batch(cur, batch_id)] if any(r.start for r in batch.ranges)
+                     for r in batch.ranges]
+        assert later, "no batch after the first: the sink's shape never changed"
+
+        def detail(order: dict) -> dict | None:
+            later_batch = any(r.partition == order["partition"] and r.start <= order["offset"] < r.end for r in later)
+            return {"customer_id": order["customer_id"], "order_id": order["order_id"]} if later_batch else None
+
+        return {k: (v["amount"], detail(v)) for k, v in latest.items()}
 
     def value(self, output) -> dict:  # noqa: ANN001 - a read_back.Record
         """An output record's value; for "latest_avro" decoded from the wire format with fastavro, its key and
@@ -130,7 +153,7 @@ class Scenario:
         elif self.kind == "events":
             assert self.sink() == expected_events(self.input, orders)
         else:
-            assert self.sink() == {k: v["amount"] for k, v in latest.items()}
+            assert self.sink() == self.expected_latest(latest)
         with store.transaction(self.settings) as cur:
             cur.execute('SELECT topic, partition, "offset" FROM eosbatch.dead_letters WHERE pipeline = %s',
                         (self.pipeline,))
@@ -166,14 +189,15 @@ class Scenario:
             assert sums == {k: v[0] for k, v in generate.expected_totals(orders).items()}
         else:  # each key's last published value, in commit order, is its latest in the input: nothing lost
             ordered = sorted(outputs, key=lambda r: int(r.headers.get("eosbatch.commit_seq", b"0")))
-            last: dict[str, float] = {}
+            last: dict[str, Any] = {}
             for r in ordered:
                 if r.value is None:  # a tombstone: the sink deleted the order
                     last.pop(r.key.decode(), None)
                 else:
                     row = self.value(r)
-                    last[row["order_id"]] = row["amount"]
-            assert last == {k: v["amount"] for k, v in latest.items()}
+                    last[row["order_id"]] = (row["amount"], row.get("detail")) if self.kind == "evolving" \
+                        else row["amount"]
+            assert last == self.expected_latest(latest)
 
 
 def expected_events(topic: str, orders: list[dict]) -> dict[tuple, tuple]:

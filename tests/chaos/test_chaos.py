@@ -23,6 +23,7 @@ import pytest
 from psycopg2 import sql
 
 from eosbatch import config
+from eosbatch.kafka.read_back import read_topic
 from eosbatch.ledger import lanes, store
 from tests.chaos.control import ROOT, end_exactly_once, wait_until
 from tests.chaos.control import session as control_session
@@ -47,8 +48,13 @@ PG_CRASH = [
     # A sink with deletes, two batches: the fault acts in the second, whose tombstones delete the first's rows.
     ("commit.after_commit", "deletes", "committed", "commit"),     # a COMMIT that deleted rows and left markers
     ("publish.mid_produce", "deletes", "committed", "publish"),    # tombstones in the open Kafka transaction
+    # An evolving sink, two batches: the second brings a jsonb column, added (ADD COLUMN, its own transaction)
+    # before staging. Crashed right after the COMMIT that re-checked the shape and wrote the outbox with the new
+    # column: the batch was refused an early publish, so its records exist only there, to publish after recovery.
+    ("commit.after_commit", "evolving", "committed", "commit"),
 ]
 DELETES_BATCH = 700  # of RECORDS: two batches
+TWO_BATCHES = frozenset({"deletes", "evolving"})  # kinds whose fault acts in the second of two batches
 
 
 def _cmdline(pid: int) -> str:
@@ -98,15 +104,18 @@ def assert_failures_are_clear(results: list[dict[str, Any]]) -> None:
 
 @pytest.mark.parametrize("recovery", ["run", "retry"])
 @pytest.mark.parametrize(("point", "kind", "left", "task"), PG_CRASH,
-                         ids=[p[0] + {"events": "-append", "deletes": "+deletes"}.get(p[1], "") for p in PG_CRASH])
+                         ids=[p[0] + {"events": "-append", "deletes": "+deletes", "evolving": "+evolving"}.get(p[1], "")
+                              for p in PG_CRASH])
 def test_postgres_crash_at_fault_point_then_recovery(settings, unique, services, runners, point, kind, left, task,
                                                      recovery):
     """The runner is frozen at `point`; PostgreSQL stops like a power cut and restarts (crash recovery empties
     the UNLOGGED staging tables); the runner is SIGKILLed. Then either `eosbatch run` recovers, or Airflow
     retries the task that was running and carries on with the DAG run, and `eosbatch run` does the next run."""
-    deletes = kind == "deletes"
-    scenario = Scenario(settings, unique, kind, records=RECORDS, batch=DELETES_BATCH if deletes else BATCH)
-    first = runners.start(scenario, fault=f"{point}{'@2' if deletes else ''}:stop")
+    second = kind in TWO_BATCHES
+    scenario = Scenario(settings, unique, kind, records=RECORDS, batch=DELETES_BATCH if second else BATCH)
+    if kind == "evolving":  # early publish on: the batch that added the column must still go through the outbox
+        scenario.env_overrides[config.EARLY_PUBLISH] = "1"
+    first = runners.start(scenario, fault=f"{point}{'@2' if second else ''}:stop")
     frozen = first.stopped_at(point)
     if point == "process.mid_staging":  # the env and the fired file reach an executor's Python worker
         assert frozen != first.pid and "pyspark.daemon" in _cmdline(frozen), _cmdline(frozen)
@@ -114,8 +123,13 @@ def test_postgres_crash_at_fault_point_then_recovery(settings, unique, services,
     first.kill()
     assert first.fired_points() == [point]
     *_, (batch_id, _, state) = scenario.batches()
-    if deletes:  # the first batch was published; the second deleted some of its rows
+    if kind == "deletes":  # the first batch was published; the second deleted some of its rows
         assert scenario.states()[0] == "published" and _deleted_rows(settings, batch_id) > 0
+    if kind == "evolving":  # the first batch was published; the second added the sink's jsonb column
+        assert scenario.states()[0] == "published" and _evolved(settings, batch_id) == ["detail"]
+        # and it did not publish early: not one record with the column in the log, even uncommitted
+        produced = read_topic(settings, scenario.output, "read_uncommitted")
+        assert produced and not any("detail" in json.loads(r.value) for r in produced), len(produced)
     assert state == left, f"after the crash batch {batch_id} is {state}, expected {left}"
 
     if recovery == "run":
@@ -130,6 +144,12 @@ def test_postgres_crash_at_fault_point_then_recovery(settings, unique, services,
     # The verifier's Spark recompute of the sink once, in the issue's own case (a retried commit once moved an
     # emptied staging and left an empty sink); elsewhere Scenario's check compares the sink with the input.
     end_exactly_once(scenario, recompute=(point, recovery) == ("process.after_staged", "retry"))
+
+
+def _evolved(settings, batch_id: int) -> list[str]:
+    """The columns a batch added to its evolving sink, as its ledger row records them."""
+    with store.transaction(settings) as cur:
+        return list((store.get_batch(cur, batch_id).writers or {}).get("evolved", []))
 
 
 def _deleted_rows(settings, batch_id: int) -> int:

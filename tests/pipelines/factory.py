@@ -76,6 +76,32 @@ def make_deletes(suffix: str, batch: int = 1500, start: str = "earliest") -> Pip
     )
 
 
+def to_evolving(orders: Any, batch: Any) -> Any:
+    """to_latest's columns; from the second batch on (a batch whose ranges do not start at the log's start) also
+    `detail`, a struct of the order's customer and id that the evolving sink adds as a jsonb column: the same code,
+    the shape driven by what the batch holds."""
+    from pyspark.sql import functions as F
+
+    latest = to_latest(orders)
+    if all(r.start == 0 for r in batch.ranges):
+        return latest
+    return latest.withColumn("detail", F.struct("customer_id", "order_id"))
+
+
+def make_evolving(suffix: str, batch: int = 1500, start: str = "earliest") -> Pipeline:
+    """crash_evolving_<suffix>: crash_latest's pipeline whose sink evolves (PostgresSink(evolve=True)) and whose
+    transform (to_evolving) brings a jsonb column from its second batch on. Uses the evolving sink and batch
+    info only when called: the previous release lacks them."""
+    return Pipeline(
+        name=f"crash_evolving_{suffix}",
+        source=KafkaSource(topics=[f"crash_in_{suffix}"], max_records_per_batch=batch, value_schema=ORDER_SCHEMA,
+                           starting_offsets=start),  # type: ignore[arg-type]
+        transform=to_evolving,
+        sink=PostgresSink(table=f"crash_evolving_{suffix}", key=["order_id"], evolve=True),  # type: ignore[call-arg]
+        output=KafkaOutput(topic=f"crash_evolving_out_{suffix}", key="order_id"),
+    )
+
+
 def to_events(orders: Any) -> Any:
     """Each order as two ledger entries (a debit and a credit): a record the transform makes two rows of, kept
     at its source position, for the append sink."""
