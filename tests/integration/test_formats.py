@@ -3,7 +3,9 @@ with the 5-byte header (the reader schema's own id, an older compatible writer s
 malformed record, a bad magic byte, a key that is not UTF-8, a tombstone) go through plan, process, commit and
 publish, and end in the independent count: input = sink rows + dead letters (each with its reason), and the
 read_committed output holds each sink row once. The batch keeps the writer schemas it decoded with: a retried
-process, after the map learnt a new id, and verify's recompute decode as the first run did."""
+process, after the map learnt a new id, and verify's recompute decode as the first run did. A twin pipeline reads
+Avro record keys from a topic (an older key writer, an unknown id, an undecodable key) into a sink keyed by the
+key's fields."""
 
 from __future__ import annotations
 
@@ -189,3 +191,78 @@ def test_each_format_parses_its_role_or_names_the_reason(settings) -> None:
     plain = parsed(KafkaSource(["t"], value_schema="id INT"), [(b"k", b'{"id": 5}')])
     assert plain.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers",
                              "id", "_eosbatch_error"]
+
+
+# Avro record keys from a real topic: an older key writer (no region: the reader fills in its default), the
+# reader's own id, an unknown id and a key that does not decode; the transform and the sink use the key's fields.
+KEY_V1 = {"type": "record", "name": "CustomerKey", "namespace": "shop", "fields": [{"name": "id", "type": "string"}]}
+KEY_V2 = {"type": "record", "name": "CustomerKey", "namespace": "shop",
+          "fields": [{"name": "id", "type": "string"}, {"name": "region", "type": "string", "default": "eu"}]}
+UNKNOWN_KEY_ID = 99
+
+
+def keyed_inputs() -> list[tuple[bytes, bytes, str | None]]:
+    """(key, value, the dead letter's reason or None) of every record the keyed test writes."""
+    good = [(avro(KEY_V2, {"id": f"k{i // 2}", "region": ("eu", "us")[i % 2]}, 21),
+             avro(V2, {"id": f"v{i}", "visits": i, "email": None}, 2), None) for i in range(6)]
+    good += [(avro(KEY_V1, {"id": "old"}, 20), avro(V2, {"id": "v6", "visits": 6, "email": None}, 2), None)]
+    return good + [
+        (avro(KEY_V2, {"id": "u", "region": "eu"}, UNKNOWN_KEY_ID), avro(V2, {"id": "v7", "visits": 7}, 2),
+         f"key: unknown Avro schema id {UNKNOWN_KEY_ID} "),
+        (wire.header(21) + b"\x08ab", avro(V2, {"id": "v8", "visits": 8}, 2),
+         "key: not decodable as Avro written with schema id 21"),
+    ]
+
+
+def by_key(df: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return df.select(F.col("key.id").alias("id"), F.col("key.region").alias("region"), "visits",
+                     F.col("id").alias("value_id"))
+
+
+def test_avro_record_keys_from_a_topic_end_exactly_once(settings, unique) -> None:
+    topic, out, name = f"formats_kin_{unique}", f"formats_kout_{unique}", f"formats_keys_{unique}"
+    generate.ensure_topics(settings, {topic: 2, out: 2})
+    written = keyed_inputs()
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True})
+    for i, (key, value, _) in enumerate(written):
+        producer.produce(topic, key=key, value=value, partition=i % 2)
+    assert producer.flush(30) == 0
+    source = KafkaSource(topics=[topic], key=Avro(json.dumps(KEY_V2), {20: json.dumps(KEY_V1), 21: json.dumps(KEY_V2)}),
+                         value=Avro(json.dumps(V2), {2: json.dumps(V2)}))
+    registry.register(Pipeline(name=name, transform=by_key, source=source, output=KafkaOutput(topic=out, key="id"),
+                               sink=PostgresSink(table=name, key=["id", "region"])))
+    batch = steps.plan(context(name))
+    assert batch is not None
+    for step in (steps.process, steps.commit, steps.publish):
+        step(context(name), batch.id)
+
+    # The independent count, from the input topic.
+    records = read_topic(settings, topic)
+    assert len(records) == len(written)
+    with store.transaction(settings) as cur:
+        cur.execute(sql.SQL("SELECT id, region, visits, value_id FROM {}").format(sql.Identifier("public", name)))
+        rows = {(r[0], r[1]): r[2:] for r in cur.fetchall()}
+        cur.execute("SELECT key, value, error FROM eosbatch.dead_letters WHERE pipeline = %s", (name,))
+        dead = cur.fetchall()
+        assert store.get_batch(cur, batch.id).writers[schema_sets.KEY] == {  # type: ignore[index]
+            "key": {"20": json.dumps(KEY_V1), "21": json.dumps(KEY_V2), str(UNKNOWN_KEY_ID): None},
+            "value": {"2": json.dumps(V2)}}
+    # each id in two regions: two rows; the old writer's key is read with the reader's default region
+    assert rows == {(f"k{i // 2}", ("eu", "us")[i % 2]): (i, f"v{i}") for i in range(6)} | {("old", "eu"): (6, "v6")}
+    assert len(rows) + len(dead) == len(records) == len(written)
+    got = {bytes(k): (bytes(v), e) for k, v, e in dead}
+    wanted = {k: (v, reason) for k, v, reason in written if reason is not None}
+    assert got.keys() == wanted.keys()
+    for key, (value, error) in got.items():
+        assert value == wanted[key][0] and error.startswith(wanted[key][1]), (error, wanted[key])
+    output = read_topic(settings, out)
+    assert sorted(json.loads(r.value)["id"] for r in output) == sorted(k for k, _ in rows)
+    assert check_output(settings, name, out, output).ok
+
+    # verify recomputes the sink and the dead letters from the input with the schema sets the batch kept
+    report = audit(context(name), recompute=True)
+    assert all(f.ok is not False for f in report.findings), report.findings
+    checked = {f.check: f.ok for f in report.findings}
+    assert checked["sink = transform(committed input)"] and checked["dead letters = malformed committed input"]
