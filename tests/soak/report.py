@@ -85,13 +85,21 @@ def render(f: Figures, slice_minutes: float = 5.0) -> str:
         lines.append(f"  unconfirmed {event.kind} at {event.at_s:.0f}s: {event.evidence[:300]}")
     exits = ", ".join(f"{code}: {n}" for code, n in sorted(f.runner_exits.items()))
     lines += ["", f"runners: {len(f.runners)} `eosbatch run` processes; exits {exits} "
-                  "(0 done, 3 transient, 4 fenced, killed: a fault)", "",
+                  "(0 done, 2 terminal, 3 transient, 4 fenced, killed: a fault)",
+              *error_kinds(f.runners), "",
               f"anomalies: {f.verdict.anomalies}"]
     for judge, found in f.verdict.judges.items():
         lines.append(f"  {judge}: {len(found)}" + "".join(f"\n    {a[:500]}" for a in found[:10]))
     lines += ["", *memory_table(f.samples, f.runners, slice_minutes), "",
               f"result: {'PASS' if f.passed else 'FAIL'}"]
     return "\n".join(lines)
+
+
+def error_kinds(runners: list[RunnerRecord]) -> list[str]:
+    """The errors the runners that failed ended with, by exit code and eosbatch error class, most frequent first."""
+    kinds = Counter((r.exit_code, r.last_error.split(":")[1].strip() if r.last_error.startswith("eosbatch:")
+                     else r.last_error[:80]) for r in runners if r.exit_code not in (0, -9, None))
+    return [f"  exit {code} x{n}: {kind}" for (code, kind), n in kinds.most_common(12)]
 
 
 def memory_table(samples: list[Sample], runners: list[RunnerRecord], slice_minutes: float) -> list[str]:
