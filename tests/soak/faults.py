@@ -9,11 +9,18 @@ it needs is there."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from random import Random
 from typing import Any, Protocol
 
+from eosbatch.stack.exceptions import StackError
 from eosbatch.stack.processes import alive
+from eosbatch.stack.supervisor import HEALTHY_SECONDS
 from tests.chaos.control import Services, wait_until
 from tests.soak.runners import RunnerLoop
 
@@ -57,17 +64,66 @@ class RunnerKill:
         return f"runner {pid} SIGKILLed; next runner pid {following}"
 
 
+def process_age(pid: int) -> float:
+    """Seconds since the process started (/proc/<pid>/stat's starttime against the uptime); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            started = int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as uptime:
+            return float(uptime.read().split()[0]) - started
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+
+
+def port_holders(port: int) -> str:
+    """Who holds `port` on 127.0.0.1 (`ss`), to name it when a restart finds it taken."""
+    done = subprocess.run(["ss", "-Htanp", f"( sport = :{port} )"], capture_output=True, text=True, check=False)
+    return " | ".join(" ".join(line.split()) for line in done.stdout.splitlines()[:3]) or "nobody now"
+
+
+def started(start: Callable[[], None], what: str, port: int, attempts: int = 6) -> int:
+    """start() until it succeeds; the number of failed tries. Our ports lie in the kernel's ephemeral range, so
+    while a server is down a client's outgoing connection may take its port: the bind fails until that
+    connection closes, and the start is tried again."""
+    for attempt in range(attempts):
+        try:
+            start()
+            return attempt
+        except (StackError, AssertionError) as exc:
+            holders = port_holders(port)
+            if attempt == attempts - 1:
+                raise AssertionError(f"{what} did not start in {attempts} tries; port {port}: {holders}; {exc}") \
+                    from exc
+            time.sleep(2 + 2 * attempt)  # the connection holding the port closes on its own: give it time
+    return attempts
+
+
 class PostgresCrash:
     name = "postgres_immediate_stop"
     weight = 2.0
     confirmation = "a new postmaster pid, and the restart ran crash recovery (the server log says so)"
 
     def inject(self, world: World) -> str:
-        before = world.services.postgres.pid()
-        world.services.crash_postgres()  # pg_ctl stop -m immediate, start; asserts crash recovery in the log
-        after = world.services.postgres.pid()
+        services = world.services
+        postgres = services.postgres
+        before = postgres.pid()
+        assert before is not None and services.bindir is not None, "postgres is not running"
+        logged = postgres.log.stat().st_size
+        command = postgres._as_owner([str(services.bindir / "pg_ctl"), "-D", str(postgres.data), "-m", "immediate",
+                                      "-w", "-t", "60", "stop"])
+        done = subprocess.run(command, capture_output=True, text=True, timeout=90, check=False)
+        assert done.returncode == 0, f"pg_ctl stop -m immediate: {done.stdout}{done.stderr}"
+        wait_until(lambda: not alive(before), 60, f"the postmaster {before} to exit")
+        retries = started(services.start_postgres, "postgres", postgres.port)
+        after = postgres.pid()
         assert after is not None and after != before, f"postmaster pid {before} -> {after}"
-        return f"postmaster {before} -> {after}, crash recovery logged"
+        with postgres.log.open("rb") as log_file:
+            log_file.seek(logged)
+            log = log_file.read().decode(errors="replace")
+        assert "database system was interrupted" in log or "not properly shut down" in log, \
+            "the restart did not run crash recovery: the stop was not a crash"
+        return f"postmaster {before} -> {after}, crash recovery logged" + (f" ({retries} start retries)"
+                                                                           * bool(retries))
 
 
 class ConnectKill:
@@ -76,6 +132,9 @@ class ConnectKill:
     confirmation = "the stack's supervisor restarted the server: a new pid that answers"
 
     def inject(self, world: World) -> str:
+        pid = world.services.spark.pid()
+        if pid is None or process_age(pid) < HEALTHY_SECONDS:  # its supervisor gives up on a server dying young
+            raise NotNow(f"the Connect server {pid} is younger than {HEALTHY_SECONDS:.0f}s")
         killed = world.services.kill_spark_connect()
         restarted = world.services.spark_connect_restarted(killed)
         return f"Connect server {killed} SIGKILLed; supervisor restarted it as {restarted}"
@@ -89,11 +148,26 @@ class BrokerKill:
     confirmation = "a new broker pid that answers"
 
     def inject(self, world: World) -> str:
-        before = world.services.kafka.pid()
-        world.services.kill_broker()
-        after = world.services.kafka.pid()
+        kafka = world.services.kafka
+        before = kafka.pid()
+        assert before is not None, "kafka is not running"
+        os.kill(before, signal.SIGKILL)
+        wait_until(lambda: not alive(before), 60, f"the broker {before} to die")
+        retries = started(world.services.start_broker, "the broker", kafka.port)
+        after = kafka.pid()
         assert after is not None and after != before, f"broker pid {before} -> {after}"
-        return f"broker {before} -> {after}"
+        return f"broker {before} -> {after}" + (f" ({retries} start retries)" * bool(retries))
+
+
+def restore(services: Services) -> None:
+    """Whatever a fault left down, started again (a taken port retried); the Connect server is its supervisor's
+    to restart, unless the supervisor gave up."""
+    if services.postgres.pid() is None:
+        started(services.start_postgres, "postgres", services.postgres.port)
+    if services.kafka.pid() is None:
+        started(services.start_broker, "the broker", services.kafka.port)
+    if services.spark.pid() is None and services.spark.supervisor_pid() is None:
+        started(services.start_spark_connect, "the Spark Connect server", services.spark.port)
 
 
 def available(world: World) -> list[FaultKind]:

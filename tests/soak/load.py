@@ -85,6 +85,11 @@ class SteadyLoad:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 producer = None  # the next one's init_transactions settles whatever this one left open
                 self._stop.wait(1.0)  # a broker coming back: do not spin on it
+        if producer is None and self.figures.transactions:  # the last transaction failed: settle it now
+            try:
+                self._producer()
+            except Exception as exc:  # noqa: BLE001 - it times out on the broker's side (transaction.timeout.ms)
+                self.last_error = f"settling the last transaction: {type(exc).__name__}: {exc}"
 
     def _transaction(self, producer, size: int) -> None:  # type: ignore[no-untyped-def]
         self.figures.transactions += 1

@@ -20,7 +20,7 @@ from examples.orders import generate
 from tests.chaos.control import Services
 from tests.scenario import Scenario
 from tests.soak import check
-from tests.soak.faults import FaultKind, NotNow, World, available
+from tests.soak.faults import FaultKind, NotNow, World, available, restore
 from tests.soak.load import SteadyLoad
 from tests.soak.memory import MemorySampler
 from tests.soak.report import FaultEvent, Figures, render
@@ -76,7 +76,7 @@ class FaultSchedule:
             return
         except Exception as exc:  # noqa: BLE001 - a fault that could not be confirmed is counted, the soak goes on
             evidence, confirmed = f"{type(exc).__name__}: {exc}", False
-            self.world.services.restore()
+            restore(self.world.services)
         event = FaultEvent(round(started - self.origin, 1), kind.name, confirmed, evidence,
                            round(time.monotonic() - started, 1))
         self.events.append(event)
@@ -148,13 +148,17 @@ def run(options: Options) -> Figures:
     sampler.start()
     try:
         schedule.run_until(origin + options.minutes * 60, status)
-    finally:
-        services.restore()
-        fault_minutes = (time.monotonic() - origin) / 60
-        window, produced = check.committed(scenario), load.figures.produced
-        log(f"faults over: {status()}; stopping the input and the runner loop, then the drain")
+        restore(services)
+    except BaseException:
+        loop.stop(timeout=0)  # a soak that could not go on: no runner of it is left running
         load.stop()
-        loop.stop()
+        sampler.stop()
+        raise
+    fault_minutes = (time.monotonic() - origin) / 60
+    window, produced = check.committed(scenario), load.figures.produced
+    log(f"faults over: {status()}; stopping the input and the runner loop, then the drain")
+    load.stop()
+    loop.stop()
     drained = drain(scenario, options.drain_minutes)
     sampler.stop()
     final = check.independent_count(scenario)
