@@ -33,6 +33,7 @@ class Count:
     dead_letters: int = 0
     output_records: int = 0       # read_committed records of the output topic
     output_orders: int = 0        # the order counts the output's deltas add up to
+    batches: dict[str, int] = field(default_factory=dict)  # the pipeline's batches by state
 
     @property
     def committed(self) -> int:
@@ -59,6 +60,9 @@ def committed(scenario: Scenario) -> Count:
         cur.execute("SELECT count(*) FROM eosbatch.dead_letters WHERE pipeline = %s", (scenario.pipeline,))
         count.dead_letters = int(cur.fetchone()[0])
         count.covered_offsets = sum(positions.next_offsets(cur, scenario.pipeline).values())
+        cur.execute("SELECT state, count(*) FROM eosbatch.batches WHERE pipeline = %s GROUP BY state",
+                    (scenario.pipeline,))
+        count.batches = {state: int(n) for state, n in cur.fetchall()}
     return count
 
 

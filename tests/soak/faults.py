@@ -128,7 +128,7 @@ class PostgresCrash:
 
 class ConnectKill:
     name = "spark_connect_sigkill"
-    weight = 1.0
+    weight = 0.5  # its JVM's start takes 15-30 s of both cores here
     confirmation = "the stack's supervisor restarted the server: a new pid that answers"
 
     def inject(self, world: World) -> str:

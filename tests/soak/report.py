@@ -65,6 +65,7 @@ def render(f: Figures, slice_minutes: float = 5.0) -> str:
         f"{f.load.abandoned} in commits left ambiguous, {f.load.producers} producers)",
         f"  committed under faults:  {f.window.committed} of {f.produced_in_window} produced by then ({ratio:.1%}); "
         f"floor {f.floor:.0%}: {'held' if f.floor_held else 'MISSED'}",
+        f"  batches under faults: {_states(f.window.batches)}; in all: {_states(f.final.batches)}",
         f"  committed in all:        {f.final.committed} "
         f"(after the drain: {'caught up' if f.drained else 'NOT caught up'})",
         f"  independent count: input {f.final.input_records} read_committed records = {f.final.input_orders} orders + "
@@ -93,6 +94,10 @@ def render(f: Figures, slice_minutes: float = 5.0) -> str:
     lines += ["", *memory_table(f.samples, f.runners, slice_minutes), "",
               f"result: {'PASS' if f.passed else 'FAIL'}"]
     return "\n".join(lines)
+
+
+def _states(batches: dict[str, int]) -> str:
+    return ", ".join(f"{n} {state}" for state, n in sorted(batches.items(), key=lambda item: -item[1])) or "none"
 
 
 def error_kinds(runners: list[RunnerRecord]) -> list[str]:

@@ -37,7 +37,7 @@ class Options:
     batch: int = 600                  # max records per batch
     batches_per_run: int = 4          # batches an `eosbatch run` process does before the next one starts
     sample_every: float = 20.0        # seconds between two memory samples
-    floor: float = 0.5                # of the records produced during the faults, at least this many committed
+    floor: float = 0.25               # of the records produced during the faults, at least this many committed
     drain_minutes: float = 15.0
     out: str = ""                     # folder for the logs and CSVs; "": $EOSBATCH_HOME/soak/<pipeline>
 
