@@ -29,10 +29,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="fraction of the records produced under faults that must be committed by their end")
     parser.add_argument("--drain-minutes", type=float, default=defaults.drain_minutes)
     parser.add_argument("--out", default="", help="folder of the logs, CSVs and report")
+    parser.add_argument("--hang-seconds", type=float, default=defaults.hang_seconds,
+                        help="a runner running longer is stuck: its Python stack is dumped (gdb) and it is killed")
     args = parser.parse_args(argv)
     options = Options(args.minutes, args.rate, args.fault_every, tuple(k for k in args.faults.split(",") if k),
                       args.seed, args.batch, args.batches_per_run, args.sample_every, args.floor, args.drain_minutes,
-                      args.out)
+                      args.out, args.hang_seconds)
     figures = run(options)
     print(render(figures))
     return 0 if figures.passed else 1

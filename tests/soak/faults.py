@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -91,6 +92,8 @@ def started(start: Callable[[], None], what: str, port: int, attempts: int = 6) 
             return attempt
         except (StackError, AssertionError) as exc:
             holders = port_holders(port)
+            print(f"[soak] {what} did not start (try {attempt + 1}): port {port}: {holders}", file=sys.stderr,
+                  flush=True)
             if attempt == attempts - 1:
                 raise AssertionError(f"{what} did not start in {attempts} tries; port {port}: {holders}; {exc}") \
                     from exc

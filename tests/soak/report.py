@@ -86,8 +86,8 @@ def render(f: Figures, slice_minutes: float = 5.0) -> str:
         lines.append(f"  unconfirmed {event.kind} at {event.at_s:.0f}s: {event.evidence[:300]}")
     exits = ", ".join(f"{code}: {n}" for code, n in sorted(f.runner_exits.items()))
     lines += ["", f"runners: {len(f.runners)} `eosbatch run` processes; exits {exits} "
-                  "(0 done, 2 terminal, 3 transient, 4 fenced, killed: a fault)",
-              *error_kinds(f.runners), "",
+                  "(0 done, 2 terminal, 3 transient, 4 fenced, killed: a fault, hung: the watchdog)",
+              *error_kinds(f.runners), *hangs(f.runners), "",
               f"anomalies: {f.verdict.anomalies}"]
     for judge, found in f.verdict.judges.items():
         lines.append(f"  {judge}: {len(found)}" + "".join(f"\n    {a[:500]}" for a in found[:10]))
@@ -105,6 +105,13 @@ def error_kinds(runners: list[RunnerRecord]) -> list[str]:
     kinds = Counter((r.exit_code, r.last_error.split(":")[1].strip() if r.last_error.startswith("eosbatch:")
                      else r.last_error[:80]) for r in runners if r.exit_code not in (0, -9, None))
     return [f"  exit {code} x{n}: {kind}" for (code, kind), n in kinds.most_common(12)]
+
+
+def hangs(runners: list[RunnerRecord]) -> list[str]:
+    """The runners the watchdog killed, by where they were stuck: a liveness finding, not an anomaly."""
+    stuck = Counter(r.hung_in for r in runners if r.hung_in)
+    return [f"  HUNG x{n} (killed by the watchdog; stack in runners/<name>.stack): {where}"
+            for where, n in stuck.most_common()]
 
 
 def memory_table(samples: list[Sample], runners: list[RunnerRecord], slice_minutes: float) -> list[str]:

@@ -5,6 +5,10 @@ short-lived ones."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -28,6 +32,21 @@ def rss_kb(pid: int, field_name: str = "VmRSS") -> int:
     return 0
 
 
+def python_stack(pid: int, into: Path) -> str:
+    """The Python stack of `pid`'s main thread, read with gdb and CPython's gdb extension (py-bt), written to
+    `into`; the innermost frame of eosbatch's code in it ("" when gdb or the extension is missing)."""
+    extension = Path(os.path.realpath(sys.executable) + "-gdb.py")
+    if not extension.exists() or shutil.which("gdb") is None:
+        return ""
+    done = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "set auto-load safe-path /", "-ex",
+                           f"source {extension}", "-ex", "thread apply 1 py-bt"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    into.write_text(done.stdout + done.stderr)
+    frames = [line.strip() for line in done.stdout.splitlines() if line.strip().startswith('File "')]
+    own = [f for f in frames if "/eosbatch/" in f]
+    return own[0] if own else (frames[0] if frames else "")
+
+
 @dataclass
 class RunnerRecord:
     pid: int
@@ -36,6 +55,7 @@ class RunnerRecord:
     exit_code: int | None = None
     peak_rss_kb: int = 0          # the most the runner's session held at once, as last read
     last_error: str = ""
+    hung_in: str = ""             # killed by the watchdog: the innermost eosbatch frame it was stuck in
 
 
 @dataclass
@@ -47,6 +67,7 @@ class RunnerLoop:
     folder: Path
     origin: float                 # time.monotonic() of the soak's start
     pause_after_failure: float = 1.0
+    hang_seconds: float = 300.0   # a runner running longer is stuck: its stack is dumped, then it is killed
     records: list[RunnerRecord] = field(default_factory=list)
     _current: Runner | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -81,9 +102,9 @@ class RunnerLoop:
         return pids[pids.index(pid) + 1] if pid in pids and pids[-1] != pid else None
 
     def exits(self) -> Counter[str]:
-        """How the runners ended: "0", "3" (transient), "4" (fenced), "killed", ..."""
-        return Counter("killed" if r.exit_code == KILLED else str(r.exit_code) for r in self.records
-                       if r.exit_code is not None)
+        """How the runners ended: "0", "3" (transient), "4" (fenced), "killed" (a fault), "hung" (the watchdog)"""
+        return Counter("hung" if r.hung_in else "killed" if r.exit_code == KILLED else str(r.exit_code)
+                       for r in self.records if r.exit_code is not None)
 
     def _run(self) -> None:
         number = 0
@@ -96,6 +117,9 @@ class RunnerLoop:
                 self.records.append(record)
             while runner.process.poll() is None:
                 record.peak_rss_kb = max(record.peak_rss_kb, sum(rss_kb(p, "VmHWM") for p in session(runner.pid)))
+                if time.monotonic() - self.origin - record.started > self.hang_seconds and not record.hung_in:
+                    record.hung_in = python_stack(runner.pid, self.folder / f"{runner.name}.stack") or "?"
+                    runner.kill()
                 try:
                     runner.process.wait(timeout=1.0)
                 except Exception:  # noqa: BLE001,S110 - subprocess.TimeoutExpired: read its memory again

@@ -39,6 +39,7 @@ class Options:
     sample_every: float = 20.0        # seconds between two memory samples
     floor: float = 0.25               # of the records produced during the faults, at least this many committed
     drain_minutes: float = 15.0
+    hang_seconds: float = 300.0       # a runner running longer is stuck: its stack is dumped and it is killed
     out: str = ""                     # folder for the logs and CSVs; "": $EOSBATCH_HOME/soak/<pipeline>
 
 
@@ -125,7 +126,7 @@ def run(options: Options) -> Figures:
     folder.mkdir(parents=True, exist_ok=True)
     origin = time.monotonic()
     loop = RunnerLoop(["run", scenario.pipeline, "--max-batches", str(options.batches_per_run)], scenario.env(),
-                      folder / "runners", origin)
+                      folder / "runners", origin, hang_seconds=options.hang_seconds)
     world = World(services, loop, random.Random(seed))
     kinds = [k for k in available(world) if not options.faults or k.name in options.faults]
     unknown = set(options.faults) - {k.name for k in kinds}
