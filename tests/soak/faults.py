@@ -37,7 +37,9 @@ class World:
     services: Services
     runners: RunnerLoop
     rng: Random
-    cluster: Any = None   # tests/chaos/cluster's handle on a three-broker cluster, when the stack has one
+    scenario: Any = None  # tests.scenario.Scenario: the pipeline, its topics
+    cluster: Any = None   # tests/chaos/cluster.BrokerCluster over the stack's Kafka when it has three nodes
+    replica: bool = False  # the stack has a synchronous PostgreSQL replica
 
 
 class FaultKind(Protocol):
@@ -162,17 +164,36 @@ class BrokerKill:
         return f"broker {before} -> {after}" + (f" ({retries} start retries)" * bool(retries))
 
 
-def restore(services: Services) -> None:
+def restore(world: World) -> None:
     """Whatever a fault left down, started again (a taken port retried); the Connect server is its supervisor's
     to restart, unless the supervisor gave up."""
-    if services.postgres.pid() is None:
+    services = world.services
+    if world.replica:
+        from tests.soak.pg_faults import Failover
+
+        Failover().restore()
+    elif services.postgres.pid() is None:
         started(services.start_postgres, "postgres", services.postgres.port)
-    if services.kafka.pid() is None:
+    if world.cluster is not None:
+        world.cluster.restore()
+    elif services.kafka.pid() is None:
         started(services.start_broker, "the broker", services.kafka.port)
     if services.spark.pid() is None and services.spark.supervisor_pid() is None:
         started(services.start_spark_connect, "the Spark Connect server", services.spark.port)
 
 
 def available(world: World) -> list[FaultKind]:
-    """The kinds this stack supports."""
-    return [RunnerKill(), PostgresCrash(), ConnectKill(), BrokerKill()]
+    """The kinds this stack supports: the broker faults of a three-node cluster instead of the single broker's
+    kill, and the synchronous failover when there is a replica."""
+    kinds: list[FaultKind] = [RunnerKill(), PostgresCrash(), ConnectKill()]
+    if world.cluster is not None:
+        from tests.soak import broker_faults
+
+        kinds += broker_faults.kinds()
+    else:
+        kinds.append(BrokerKill())
+    if world.replica:
+        from tests.soak.pg_faults import SyncFailover
+
+        kinds.append(SyncFailover())
+    return kinds

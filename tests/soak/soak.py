@@ -4,6 +4,7 @@ figures. Run by hand on the embedded stack (`python -m tests.soak --minutes 30`)
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
@@ -77,7 +78,7 @@ class FaultSchedule:
             return
         except Exception as exc:  # noqa: BLE001 - a fault that could not be confirmed is counted, the soak goes on
             evidence, confirmed = f"{type(exc).__name__}: {exc}", False
-            restore(self.world.services)
+            restore(self.world)
         event = FaultEvent(round(started - self.origin, 1), kind.name, confirmed, evidence,
                            round(time.monotonic() - started, 1))
         self.events.append(event)
@@ -92,6 +93,26 @@ def stack_settings() -> config.Settings:
 
     migrate.upgrade(settings.database_url)
     return settings
+
+
+def three_nodes():  # type: ignore[no-untyped-def]
+    """tests/chaos/cluster.BrokerCluster over the stack's Kafka when it has three nodes; None otherwise."""
+    brokers = getattr(stack, "kafka_brokers", None)  # a checkout without the cluster has one broker
+    if brokers is None or brokers() < 3:
+        return None
+    from tests.soak.broker_faults import stack_cluster
+
+    return stack_cluster()
+
+
+def synchronous_replica() -> bool:
+    """The stack runs a synchronous streaming replica of PostgreSQL (`stack up --postgres-replica`)."""
+    if getattr(stack, "postgres_servers", None) is None:  # a checkout without the replica
+        return False
+    from eosbatch.stack import replica
+
+    primary, standby = stack.postgres_servers()
+    return replica.role(primary) == "primary" and replica.role(standby) == "replica" and replica.synchronous(primary)
 
 
 def caught_up(scenario: Scenario) -> bool:
@@ -125,15 +146,21 @@ def run(options: Options) -> Figures:
     folder = Path(options.out) if options.out else stack.home() / "soak" / scenario.pipeline
     folder.mkdir(parents=True, exist_ok=True)
     origin = time.monotonic()
+    cluster = three_nodes()
+    if cluster is not None:  # a paused leader must outlast the runners' request timeout
+        from tests.soak.broker_faults import REQUEST_TIMEOUT_MS
+
+        scenario.env_overrides[config.KAFKA_CONFIG] = json.dumps({"socket.timeout.ms": REQUEST_TIMEOUT_MS})
     loop = RunnerLoop(["run", scenario.pipeline, "--max-batches", str(options.batches_per_run)], scenario.env(),
                       folder / "runners", origin, hang_seconds=options.hang_seconds)
-    world = World(services, loop, random.Random(seed))
+    world = World(services, loop, random.Random(seed), scenario, cluster, synchronous_replica())
     kinds = [k for k in available(world) if not options.faults or k.name in options.faults]
     unknown = set(options.faults) - {k.name for k in kinds}
     if unknown or not kinds:
         raise SystemExit(f"unknown or unavailable fault kinds {sorted(unknown)}; this stack has "
                          f"{[k.name for k in available(world)]}")
-    log(f"pipeline {scenario.pipeline}, seed {seed}, faults {[k.name for k in kinds]}, logs in {folder}")
+    log(f"pipeline {scenario.pipeline}, seed {seed}, Kafka nodes {len(cluster.node_ids) if cluster else 1}, "
+        f"synchronous replica {'yes' if world.replica else 'no'}, faults {[k.name for k in kinds]}, logs in {folder}")
     load = SteadyLoad(settings, scenario.input, options.rate, seed)
     sampler = MemorySampler(options.sample_every, origin, services.spark.pid,
                             lambda: (r.pid if (r := loop.current()) else None))
@@ -149,7 +176,7 @@ def run(options: Options) -> Figures:
     sampler.start()
     try:
         schedule.run_until(origin + options.minutes * 60, status)
-        restore(services)
+        restore(world)
     except BaseException:
         loop.stop(timeout=0)  # a soak that could not go on: no runner of it is left running
         load.stop()
