@@ -32,9 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hang-seconds", type=float, default=defaults.hang_seconds,
                         help="a runner running longer is stuck: its Python stack is dumped (gdb) and it is killed")
     args = parser.parse_args(argv)
-    options = Options(args.minutes, args.rate, args.fault_every, tuple(k for k in args.faults.split(",") if k),
-                      args.seed, args.batch, args.batches_per_run, args.sample_every, args.floor, args.drain_minutes,
-                      args.out, args.hang_seconds)
+    options = Options(minutes=args.minutes, rate=args.rate, fault_every=args.fault_every,
+                      faults=tuple(k for k in args.faults.split(",") if k), seed=args.seed, batch=args.batch,
+                      batches_per_run=args.batches_per_run, sample_every=args.sample_every, floor=args.floor,
+                      drain_minutes=args.drain_minutes, hang_seconds=args.hang_seconds, out=args.out)
     figures = run(options)
     print(render(figures))
     return 0 if figures.passed else 1
