@@ -25,7 +25,7 @@ from tests.soak.faults import FaultKind, NotNow, World, available, restore
 from tests.soak.load import SteadyLoad
 from tests.soak.memory import MemorySampler
 from tests.soak.report import FaultEvent, Figures, render
-from tests.soak.runners import RunnerLoop
+from tests.soak.runners import RunnerLoop, RunnerRecord
 
 
 @dataclass
@@ -216,7 +216,7 @@ def write(folder: Path, figures: Figures) -> None:
         writer.writeheader()
         writer.writerows(asdict(s) for s in figures.samples)
     with (folder / "runners.csv").open("w", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=["pid", "started", "ended", "exit_code", "peak_rss_kb", "last_error"])
+        writer = csv.DictWriter(out, fieldnames=list(RunnerRecord.__dataclass_fields__))
         writer.writeheader()
         writer.writerows(asdict(r) for r in figures.runners)
     (folder / "verdict.json").write_text(json.dumps(figures.verdict.judges, indent=2))
