@@ -113,6 +113,8 @@ def commit_and_publish(ctx: Context, batch_id: int) -> store.Batch:
                 published = produced["count"]
                 log(f"batch {batch_id}: published {published} records (produced while it committed)")
         if why is not None:
+            # Not an AMBIGUOUS one (its commit's outcome unknown): publish's new producer settles it, and reads
+            # the marker only after its init_transactions.
             if publisher.state is TxnState.IN_TXN:
                 with contextlib.suppress(EosbatchError):
                     publisher.abort()
