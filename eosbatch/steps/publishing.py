@@ -172,7 +172,7 @@ def finalize(ctx: Context, batch_id: int, produced: int | None = None) -> store.
         batch = store.set_state(cur, batch, "published", **fields)
         cleanup.delete_staging(cur, batch_id, sinks.stage_table(pipeline), finished=True, pipeline=pipeline.name)
         cleanup.delete_outbox(cur, batch, sinks.outbox_table(pipeline))
-    how = "published by an earlier run; " if produced is None else ""
+    how = "published by an earlier attempt; " if produced is None else ""
     log(f"batch {batch_id}: finalized ({how}{count if count is not None else '?'} output records)")
     if batch.marker_group != pipeline.marker_group:
         # A backfill batch's own marker group has done its job once the ledger says published. If this
