@@ -20,8 +20,8 @@ from typing import NamedTuple
 from eosbatch import faults
 from eosbatch.ledger import store
 from eosbatch.steps.shared import transactional_id
-from tests.epoch import bumping, kafka_view
-from tests.epoch.kafka_view import ProducerState
+from tests.epoch import bumping
+from tests.epoch.kafka_view import KafkaView, ProducerState
 from tests.pipelines.factory import make
 from tests.scenario import Scenario
 
@@ -57,69 +57,59 @@ def _expect(before: ProducerState, after: ProducerState, what: str) -> None:
 
 
 def cross(settings, suffix: str, stop_at: int | None = None, runs_before: int = 2, open_at_edge: bool = False,
-          records: int = 2400, batch: int = 300, log: Callable[[str], None] = print) -> Crossing:  # type: ignore[no-untyped-def]
-    """`runs_before` runs between the bump and the run that crosses; with `open_at_edge` the last of them dies
-    inside its Kafka transaction (EOSBATCH_FAULT=publish.mid_produce), so the crossing run's init_transactions
-    must fence and abort it first. `stop_at`: bump to this epoch instead (no crossing)."""
+          records: int = 2400, batch: int = 300, verify: bool = True,
+          log: Callable[[str], None] = print) -> Crossing:  # type: ignore[no-untyped-def]
+    """`runs_before` single-batch runs between the bump and the one that crosses, then one more and a run until
+    caught up; with `open_at_edge` the last run before the crossing dies inside its Kafka transaction
+    (EOSBATCH_FAULT=publish.mid_produce), so the crossing's init_transactions must fence and abort it first.
+    `stop_at`: bump to this epoch instead, then one run until caught up (no crossing). `verify`: `eosbatch
+    verify` after the independent count."""
     scenario = Scenario(settings, suffix, "totals", records=records, batch=batch)
     pipeline = make(suffix, batch)[0]
     assert pipeline.name == scenario.pipeline
     steps: list[Step] = []
-
-    def run(what: str, fault: str | None = None) -> ProducerState:
+    with KafkaView(settings.kafka_bootstrap) as kafka:
         started = time.monotonic()
-        done = scenario.run(fault, "--max-batches", "1")
-        expected = faults.EXIT_CODE if fault else 0
-        assert done.returncode == expected, (what, done.returncode, done.stderr[-3000:])
-        seen = kafka_view.describe(settings.kafka_bootstrap, tid)[tid]
-        steps.append(Step(what, seen, time.monotonic() - started))
-        log(f"{what}: {seen}")
-        return seen
+        done = scenario.run(None, "--max-batches", "1")
+        assert done.returncode == 0, done.stderr[-3000:]
+        with store.transaction(settings) as cur:
+            first = store.get_batch(cur, scenario.batches()[0][0])
+        tid = transactional_id(pipeline, first)  # the regular lane's id, as the publish step derives it
+        before = kafka.describe(tid)
+        steps.append(Step("first run (1 batch)", before, time.monotonic() - started))
+        log(f"lane {tid}: {before}")
 
-    tid = ""
-    started = time.monotonic()
-    done = scenario.run(None, "--max-batches", "1")
-    assert done.returncode == 0, done.stderr[-3000:]
-    with store.transaction(settings) as cur:
-        first = store.get_batch(cur, scenario.batches()[0][0])
-    tid = transactional_id(pipeline, first)  # the regular lane's id, as the publish step derives it
-    before = kafka_view.describe(settings.kafka_bootstrap, tid)[tid]
-    steps.append(Step("first run (1 batch)", before, time.monotonic() - started))
-    log(f"lane {tid}: {before}")
+        target = EXHAUSTED - runs_before if stop_at is None else stop_at
+        calls = target - before.epoch
+        assert calls > 0, (target, before)
+        started = time.monotonic()
+        bumped = bumping.bump(settings, tid, calls,
+                              progress=lambda n, s: log(f"  {n} init_transactions, {n / s:.0f}/s"))
+        seen = kafka.describe(tid)
+        steps.append(Step(f"{calls} init_transactions ({bumped.per_second:.0f}/s)", seen, time.monotonic() - started))
+        log(f"bumped: {seen}")
+        assert (seen.producer_id, seen.epoch) == (before.producer_id, target), (before, seen)
 
-    target = EXHAUSTED - runs_before if stop_at is None else stop_at
-    calls = target - before.epoch
-    assert calls > 0, (target, before)
-    started = time.monotonic()
-    bumped = bumping.bump(settings, tid, calls, progress=lambda n, s: log(f"  {n} init_transactions, {n / s:.0f}/s"))
-    after_bump = kafka_view.describe(settings.kafka_bootstrap, tid)[tid]
-    steps.append(Step(f"{calls} init_transactions ({bumped.per_second:.0f}/s)", after_bump,
-                      time.monotonic() - started))
-    log(f"bumped: {after_bump}")
-    assert (after_bump.producer_id, after_bump.epoch) == (before.producer_id, target), (before, after_bump)
-
-    seen = after_bump
-    crossing_runs = runs_before + 2 if stop_at is None else 1
-    for n in range(crossing_runs):
-        dies = open_at_edge and stop_at is None and n == runs_before - 1
-        what = f"run {n + 1}" + (" (dies mid-produce)" if dies else "")
-        now = run(what, "publish.mid_produce" if dies else None)
-        _expect(seen, now, what)
-        if dies:
-            assert now.state == "Ongoing", now
-        seen = now
+        runs = [] if stop_at is not None else [
+            (f"run {n + 1}", "publish.mid_produce" if open_at_edge and n == runs_before - 1 else None)
+            for n in range(runs_before + 2)]
+        for what, fault in [*runs, ("run until caught up", None)]:
+            started = time.monotonic()
+            done = scenario.run(fault, *([] if what.endswith("caught up") else ["--max-batches", "1"]))
+            assert done.returncode == (faults.EXIT_CODE if fault else 0), (what, done.returncode, done.stderr[-3000:])
+            now = kafka.describe(tid)
+            what += " (died mid-produce)" if fault else ""
+            steps.append(Step(what, now, time.monotonic() - started))
+            log(f"{what}: {now}")
+            _expect(seen, now, what)
+            assert now.state == ("Ongoing" if fault else "CompleteCommit"), (what, now)
+            seen = now
     if stop_at is None:
         assert seen.producer_id != before.producer_id, "no rollover"
-
-    started = time.monotonic()
-    done = scenario.run()
-    assert done.returncode == 0, done.stderr[-3000:]
-    last = kafka_view.describe(settings.kafka_bootstrap, tid)[tid]
-    steps.append(Step("run until caught up", last, time.monotonic() - started))
-    _expect(seen, last, "run until caught up")
     scenario.assert_exactly_once()
-    verified = scenario.cli("verify", scenario.pipeline)
-    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]
-    log(f"exactly-once: {len(scenario.batches())} batches, {scenario.states().count('published')} published; "
-        "eosbatch verify: ok")
+    if verify:
+        verified = scenario.cli("verify", scenario.pipeline)
+        assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]
+    log(f"exactly-once: {len(scenario.batches())} batches, {scenario.states().count('published')} published"
+        + ("; eosbatch verify: ok" if verify else ""))
     return Crossing(tid, steps, bumped)
