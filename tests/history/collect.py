@@ -11,6 +11,7 @@ import json
 import os
 import time
 import uuid
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 import psycopg2
@@ -47,7 +48,7 @@ class SinkSpec(NamedTuple):
 def _consumer(where: Where, isolation: str) -> Consumer:
     return Consumer({"bootstrap.servers": where.bootstrap, **where.kafka_config,
                      "group.id": f"history-{uuid.uuid4().hex}", "enable.auto.commit": False,
-                     "isolation.level": isolation, "enable.partition.eof": True})
+                     "isolation.level": isolation, "enable.partition.eof": True, "fetch.wait.max.ms": 20})
 
 
 def read(where: Where, topic: str, isolation: str = "read_committed", settle: float = 30.0,
@@ -80,7 +81,7 @@ def read(where: Where, topic: str, isolation: str = "read_committed", settle: fl
         while len(done) < len(assigned):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{topic}: partitions {sorted(done)} of {len(assigned)} read in {timeout:.0f} s")
-            for message in client.consume(10_000, 0.5):
+            for message in client.consume(10_000, 0.05):
                 error, partition, offset = message.error(), message.partition(), message.offset()
                 assert partition is not None, "a message or a partition EOF names its partition"
                 if error is not None:
@@ -129,8 +130,9 @@ def ledger(where: Where, pipeline: str) -> dict[str, Any]:
 def sink_rows(where: Where, spec: SinkSpec) -> Sink:
     schema, _, table = spec.table.rpartition(".")
     with psycopg2.connect(where.dsn()) as connection, connection.cursor() as cur:
-        cur.execute(sql.SQL("SELECT row_to_json(t) FROM {} t").format(sql.Identifier(schema or "public", table)))
-        rows = [r for (r,) in cur.fetchall()]
+        cur.execute(sql.SQL("SELECT row_to_json(t)::text FROM {} t").format(sql.Identifier(schema or "public",
+                                                                                            table)))
+        rows = [json.loads(r, parse_float=Decimal) for (r,) in cur.fetchall()]
     return Sink(spec.mode, spec.key, rows, spec.accumulate)
 
 
