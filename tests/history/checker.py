@@ -218,9 +218,11 @@ def output(history: History) -> list[Anomaly]:
         numbers = {_int(r.headers.get(COMMIT_SEQ)) for r in held}
         if batch.commit_seq is not None and numbers != {batch.commit_seq}:
             renumbered.append((batch_id, batch.commit_seq, sorted(n or 0 for n in numbers)))
-    if twice or extra:
-        found.append(Anomaly("duplicate-output", f"(batch, seq) read_committed more than once: {_some(twice)}; "
-                                                 f"(batch, committed, found): {_some(extra)}"))
+    if twice:
+        found.append(Anomaly("duplicate-output", f"(batch, seq) read_committed more than once: {_some(twice)}"))
+    if extra:
+        found.append(Anomaly("duplicate-output", f"batches with more records than their commit wrote (batch, "
+                                                 f"committed, found): {_some(extra)}"))
     if short:
         found.append(Anomaly("lost-output", f"published batches with fewer records than their commit wrote "
                                             f"(batch, committed, found): {_some(short)}"))
