@@ -198,8 +198,8 @@ def output(history: History) -> list[Anomaly]:
     read_aborted = [(r.partition, r.offset, r.headers[ATTEMPT].decode()) for r in ours
                     if r.headers.get(ATTEMPT) in aborted]
     if read_aborted:
-        found.append(Anomaly("aborted-read", f"records of aborted attempts visible read_committed: "
-                                             f"{_some(read_aborted)}"))
+        found.append(Anomaly("aborted-read", f"records of aborted attempts visible read_committed (or of a torn "
+                                             f"one, the rest of it not visible): {_some(read_aborted)}"))
     twice, short, extra, mixed, renumbered = [], [], [], [], []
     for batch_id, held in per_batch.items():
         batch = batches[batch_id]
