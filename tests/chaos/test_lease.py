@@ -2,7 +2,8 @@
 Airflow DAG run's tasks), and one frozen past its lease. Before the lane lease every plan bumped the epoch,
 so two runners aborted each other's batches; now the lane has one holder at a time, the other leaves it
 (and its epoch) alone, and a frozen holder is taken over after its lease expires and fenced when it wakes.
-Each test ends exactly-once (Scenario.assert_exactly_once: sink, dead letters, coverage, output)."""
+Each test ends exactly-once (Scenario.assert_exactly_once: sink, dead letters, coverage, output; then eosbatch verify
+and the history checker, which must agree: tests/chaos/control.end_exactly_once)."""
 
 from __future__ import annotations
 
