@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tests.history.checker import check
+from tests.history.checker import aborted_attempts, check
 from tests.history.collect import SinkSpec, Where, collect
 from tests.history.history import Anomaly
 
@@ -48,7 +48,8 @@ def judge(settings: Any, pipeline: str, output: str | None, sink: SinkSpec | Non
     anomalies = check(history, decode)
     seconds = time.monotonic() - started
     SECONDS.append(seconds)
-    print(f"history checker: {pipeline}: {len(anomalies)} anomalies, {seconds:.2f} s")  # shown with -s
+    print(f"history checker: {pipeline}: {len(anomalies)} anomalies, {len(aborted_attempts(history))} aborted "
+          f"attempts in the log, {seconds:.2f} s")  # shown with -s
     return Verdicts(done.returncode == 0, f"{done.stdout}\n{done.stderr}", anomalies, seconds)
 
 
