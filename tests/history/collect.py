@@ -11,6 +11,7 @@ import json
 import os
 import time
 import uuid
+from contextlib import closing
 from decimal import Decimal
 from typing import Any, NamedTuple
 
@@ -98,8 +99,10 @@ def read(where: Where, topic: str, isolation: str = "read_committed", settle: fl
 
 
 def ledger(where: Where, pipeline: str) -> dict[str, Any]:
-    """The ledger's rows of `pipeline`, as History's fields."""
-    with psycopg2.connect(where.dsn()) as connection, connection.cursor() as cur:
+    """The ledger's rows of `pipeline`, as History's fields, from one snapshot. Read before the output: a batch
+    publishes only after its commit, so every record the output shows then is of a batch this snapshot holds."""
+    with closing(psycopg2.connect(where.dsn())) as connection, connection, connection.cursor() as cur:
+        connection.set_session(isolation_level="REPEATABLE READ", readonly=True)
         cur.execute("SELECT b.id, b.kind, b.state, b.commit_seq, b.publish, b.outbox_records, b.published_records, "
                     "coalesce(array_agg(ARRAY[r.topic, r.partition::text, r.start_offset::text, r.end_offset::text, "
                     "r.incarnation::text]) FILTER (WHERE r.batch_id IS NOT NULL), '{}') "
@@ -129,7 +132,7 @@ def ledger(where: Where, pipeline: str) -> dict[str, Any]:
 
 def sink_rows(where: Where, spec: SinkSpec) -> Sink:
     schema, _, table = spec.table.rpartition(".")
-    with psycopg2.connect(where.dsn()) as connection, connection.cursor() as cur:
+    with closing(psycopg2.connect(where.dsn())) as connection, connection, connection.cursor() as cur:
         cur.execute(sql.SQL("SELECT row_to_json(t)::text FROM {} t").format(sql.Identifier(schema or "public",
                                                                                             table)))
         rows = [json.loads(r, parse_float=Decimal) for (r,) in cur.fetchall()]
