@@ -10,6 +10,7 @@ import contextlib
 import enum
 import os
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -59,6 +60,7 @@ class TransactionalPublisher:
         self._undelivered: KafkaError | None = None  # the first record the broker refused in this transaction
         self._trouble: KafkaError | None = None  # the first error librdkafka reported by itself since init
         self._topic = ""  # where this transaction produced
+        self.attempt = ""  # this transaction's own id, new at each begin: "<transactional id>/<uuid>"
 
     def _require(self, *states: TxnState) -> None:
         if self.state not in states:
@@ -168,6 +170,7 @@ class TransactionalPublisher:
             self._producer.begin_transaction()
         except KafkaException as exc:
             raise self._fail(exc, "begin_transaction") from exc
+        self.attempt = f"{self._transactional_id}/{uuid.uuid4().hex}"
         self._undelivered = None
         self.state = TxnState.IN_TXN
 

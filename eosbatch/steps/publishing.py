@@ -144,7 +144,7 @@ def _publish_to_kafka(ctx: Context, batch_id: int, epoch: int | None, ignore_exp
             publisher.begin()
             produced = 0
             if pipeline.output is not None and batch.publish:
-                headers = record.batch_headers(pipeline.name, batch_id, batch.commit_seq or 0)
+                headers = record.batch_headers(pipeline.name, batch_id, batch.commit_seq or 0, publisher.attempt)
                 with paused_gc():
                     produced = publisher.produce(pipeline.output.topic, _outbox(settings, pipeline, batch, headers), [])
                 if batch.outbox_records is not None and produced != batch.outbox_records:
