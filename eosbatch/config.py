@@ -20,6 +20,9 @@ SPARK_JARS = "EOSBATCH_SPARK_JARS"      # the Kafka connector jars for spark-sub
 PIPELINES = "EOSBATCH_PIPELINES"  # comma-separated modules whose Pipeline globals (or PIPELINES list) are found
 MARKER_RETENTION = "EOSBATCH_MARKER_RETENTION_MINUTES"  # must match the broker's offsets.retention.minutes
 TRANSACTION_TIMEOUT = "EOSBATCH_TRANSACTION_TIMEOUT_MS"  # > the longest publish, <= transaction.max.timeout.ms
+# How long a transactional call (init, commit, abort, sending the marker, the produce's flush) waits for the
+# broker; past it the transaction's outcome is unknown and its producer is abandoned (tests lower it).
+TRANSACTION_CALL_TIMEOUT = "EOSBATCH_TRANSACTION_CALL_TIMEOUT_S"
 CONNECT_TIMEOUT = "EOSBATCH_CONNECT_TIMEOUT_S"  # how long to wait for Kafka or PostgreSQL to answer
 LOG_DIR = "EOSBATCH_LOG_DIR"  # librdkafka's log (kafka.log), spark-submit drivers' logs; else default_log_dir()
 STAGING_WRITERS = "EOSBATCH_STAGING_WRITERS"  # at most this many Spark tasks stage a batch (PostgreSQL connections)
@@ -37,6 +40,7 @@ DEFAULT_COMPACT_AFTER_DAYS = 7.0
 TRANSACTION_TIMEOUT_RANGE = (1_000, 2_147_483_647)
 DEFAULT_TRANSACTION_TIMEOUT_MS = 600_000
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
+DEFAULT_TRANSACTION_CALL_TIMEOUT_S = 60.0
 
 
 def _digits(raw: str) -> bool:
@@ -92,6 +96,9 @@ class Settings(NamedTuple):
     # "global": the process's OpenTelemetry MeterProvider (Airflow's with [metrics] otel_on; else the API's no-op);
     # "otlp": eosbatch's own, exporting by OTLP as the OTEL_EXPORTER_OTLP_* variables say; "file:PATH": JSON lines.
     metrics: str = "global"
+    # A transactional call's wait for the broker (EOSBATCH_TRANSACTION_CALL_TIMEOUT_S): past it, the outcome is
+    # unknown (eosbatch.kafka.publisher's AMBIGUOUS state).
+    transaction_call_timeout_s: float = DEFAULT_TRANSACTION_CALL_TIMEOUT_S
 
     def kafka(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings for a client: bootstrap + the user's extra config + the caller's needs."""
@@ -131,6 +138,16 @@ def connect_timeout_s(env: dict[str, str] | None = None) -> float:
     # libpq counts whole seconds and treats 1 as 2; an hour is already far past any useful wait.
     if not 1 <= value <= 3600:
         raise ConfigError(CONNECT_TIMEOUT, f"must be a number of seconds in [1, 3600], got {raw!r}")
+    return value
+
+
+def transaction_call_timeout_s(env: dict[str, str] | None = None) -> float:
+    """EOSBATCH_TRANSACTION_CALL_TIMEOUT_S, validated: seconds in [1, 3600] (default 60)."""
+    env = dict(os.environ) if env is None else env
+    raw = env.get(TRANSACTION_CALL_TIMEOUT, "").strip() or str(DEFAULT_TRANSACTION_CALL_TIMEOUT_S)
+    value = _number(raw)
+    if not 1 <= value <= 3600:
+        raise ConfigError(TRANSACTION_CALL_TIMEOUT, f"must be a number of seconds in [1, 3600], got {raw!r}")
     return value
 
 
@@ -198,7 +215,7 @@ def load(env: dict[str, str] | None = None) -> Settings:
                     *_compaction(env), _flag(OVERLAP, env.get(OVERLAP, "")),
                     _flag(EARLY_PUBLISH, env.get(EARLY_PUBLISH, "")),
                     marker_retention_seconds(env),  # read by publish: a bad value fails now, not after a COMMIT
-                    metrics_target(env.get(METRICS, "")))
+                    metrics_target(env.get(METRICS, "")), transaction_call_timeout_s(env))
 
 
 def to_env(settings: Settings) -> dict[str, str]:
@@ -213,7 +230,8 @@ def to_env(settings: Settings) -> dict[str, str]:
             STAGING_WRITERS: str(settings.staging_writers) if settings.staging_writers else "",
             COMPACT_EVERY: str(settings.compact_every), COMPACT_AFTER_DAYS: repr(settings.compact_after_days),
             OVERLAP: "1" if settings.overlap else "0", EARLY_PUBLISH: "1" if settings.early_publish else "0",
-            MARKER_RETENTION: str(round(settings.marker_retention_s / 60)), METRICS: settings.metrics}
+            MARKER_RETENTION: str(round(settings.marker_retention_s / 60)), METRICS: settings.metrics,
+            TRANSACTION_CALL_TIMEOUT: repr(settings.transaction_call_timeout_s)}
 
 
 def metrics_target(raw: str) -> str:

@@ -23,6 +23,7 @@ from eosbatch.ledger.sinks.names import DELETED_COLUMN
 from eosbatch.outputs import AvroValue
 from eosbatch.protocol.ranges import OffsetRange
 from eosbatch.protocol.sources import coverage_problems
+from eosbatch.verify_sequence import commit_order
 
 
 class OutputCheck(NamedTuple):
@@ -120,6 +121,9 @@ def audit(ctx: Context, recompute: bool = True) -> Audit:
     - coverage: committed ranges never overlap, and form one piece per partition up to the next offset;
     - output: every published batch's records appear exactly once among the read_committed records of the
       output topic, as many as its commit wrote to the outbox; no record of an unknown or aborted batch;
+    - commit order (verify_sequence): the commit sequence numbers run without a hole up to the pipeline's
+      counter and never go back within a lane; each batch's records come from one Kafka transaction (their
+      attempt header) and carry its number;
     - sink vs output: key by key, the last record published equals the sink row (replace; after a tombstone
       the key is absent), or the published deltas add up to the stored totals (accumulate);
     - sink vs input (`recompute`, runs Spark): the transform applied to the committed input gives the sink
@@ -157,12 +161,16 @@ def audit(ctx: Context, recompute: bool = True) -> Audit:
                                 f"duplicates {check.duplicates[:5]}, records of unknown batches "
                                 f"{check.unknown_batches[:5]}, (expected, found) per batch "
                                 f"{dict(list(check.count_mismatches.items())[:5])}"))
+        ordered, detail = commit_order(settings, pipeline.name, _ours(records, pipeline.name))
+        findings.append(Finding("commit order", ordered, detail))
         silent = [i for i, state, kind, publish in batches if state == "published" and not publish]
         if silent or pending:
             findings.append(Finding("sink = output", None, "skipped: batches published nothing on purpose "
                                     f"({silent})" if silent else "skipped: batches in flight"))
         else:
             findings.append(_sink_vs_output(settings, pipeline, records))
+    if pipeline.output is None:
+        findings.append(Finding("commit order", *commit_order(settings, pipeline.name, None)))
     with store.transaction(settings) as cur:
         moved = [r for _, _, _, r in positions.resets(cur, pipeline.name) if r.to_incarnation != r.from_incarnation]
     if recompute and moved:  # the earlier incarnation's records are gone from Kafka (or replaced): unreadable

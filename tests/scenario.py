@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from eosbatch.kafka.read_back import read_topic
 from eosbatch.ledger import claims, positions, store
 from eosbatch.verify import check_output, coverage_gaps
 from examples.orders import generate
+from tests.history.collect import SinkSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,6 +141,24 @@ class Scenario:
                                         separators=(",", ":")).encode()
         assert output.headers.get("status") == (None if row["status"] is None else row["status"].encode())
         return row
+
+    def history_sink(self) -> SinkSpec:
+        """The sink as the history checker (tests/history) compares it with the output."""
+        table = f"crash_{self.kind}_{self.suffix}"
+        if self.kind == "totals":
+            return SinkSpec(table, ("customer_id",), "accumulate", ("total_amount", "order_count"))
+        if self.kind == "events":
+            return SinkSpec(table, ("topic", "partition", "offset", "row_in_record"), "append")
+        return SinkSpec(table, ("order_id",))
+
+    def history_decoder(self) -> Callable[[bytes], dict[str, Any]] | None:
+        """How the checker reads an output value: JSON (None), or the Avro of "latest_avro"."""
+        if self.kind != "latest_avro":
+            return None
+        from tests.chaos.judge import avro_decoder
+        from tests.pipelines.crash_avro import SCHEMA, SCHEMA_ID
+
+        return avro_decoder(SCHEMA, SCHEMA_ID)
 
     def assert_exactly_once(self, from_log_start: bool = True) -> None:
         inputs = read_topic(self.settings, self.input)

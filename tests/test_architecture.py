@@ -290,3 +290,37 @@ def work(cur, table):
 '''
     root = _package(tmp_path, {"steps.py": code, "ledger/store.py": code})
     assert [line.split(":")[1] for line in misplaced_sql(root)] == ["7", "8", "9", "10", "11", "12"]
+
+
+# ---------------------------------------------------------------- the judge is not the code under test
+
+HISTORY = ROOT / "tests" / "history"
+
+
+def foreign_imports(root: Path, allowed: tuple[str, ...] = ("tests.history",)) -> list[str]:
+    """path:line of every import, anywhere in a module of `root` (inside functions too), of eosbatch, or of tests
+    outside `allowed` (a test helper may import eosbatch, and so would pull it in)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            for name in names:
+                top = name.split(".")[0]
+                if top in ("eosbatch", "examples", "bench") or (top == "tests" and not name.startswith(allowed)):
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno} imports {name}")
+    return found
+
+
+def test_the_history_checker_imports_nothing_of_eosbatch() -> None:
+    """tests/history judges eosbatch's histories (docs/history-checker.md): it reads Kafka and PostgreSQL with
+    their own clients and spells the output's contract itself, so a bug in eosbatch cannot hide in its judge."""
+    assert HISTORY.is_dir()
+    assert foreign_imports(HISTORY) == []
+
+
+def test_an_import_of_eosbatch_in_the_checker_is_named(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("def f():\n    from eosbatch.kafka import record\n")
+    (tmp_path / "b.py").write_text("import tests.history.history\nimport json\n")
+    found = foreign_imports(tmp_path)
+    assert len(found) == 1 and found[0].endswith("a.py:2 imports eosbatch.kafka")

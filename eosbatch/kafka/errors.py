@@ -38,6 +38,12 @@ ACL_RESOURCE = {KafkaError.TOPIC_AUTHORIZATION_FAILED: "Topic", KafkaError.GROUP
 AUTHENTICATION = frozenset({KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._AUTHENTICATION})
 TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION})
+# A request that may have taken effect although no answer said so: no answer in time, or the connection lost
+# after it was sent. (librdkafka flags most of them retriable; these are ambiguous even where it does not.)
+NO_ANSWER = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._MSG_TIMED_OUT,
+                       KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION, KafkaError._ALL_BROKERS_DOWN,
+                       KafkaError._TIMED_OUT_QUEUE, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                       KafkaError.NOT_COORDINATOR, KafkaError._WAIT_COORD})
 
 
 def error_of(exc: BaseException) -> KafkaError | None:
@@ -59,6 +65,20 @@ def is_fenced(error: KafkaError) -> bool:
     if error.code() in FENCED:
         return True
     return error.code() == KafkaError._FATAL and "fenced" in error.str().lower()
+
+
+def is_ambiguous(error: KafkaError | None) -> bool:
+    """Whether a transactional call (commit_transaction, abort_transaction, send_offsets_to_transaction, or a
+    produce or flush inside a transaction) failed with an outcome nobody knows: the broker may have acted on
+    it. True for no answer (NO_ANSWER) and for any retriable error, except a fatal or fenced producer, and
+    an error that says the transaction must be aborted (txn_requires_abort: the broker refused it, so the
+    outcome is known: it did not commit). Such a producer is never called again: a retry or an abort on it
+    is a second EndTxn of the same epoch, which the broker may take after the first (Jepsen, Kafka 2024)."""
+    if error is None or error.fatal() or is_fenced(error) or error.code() == KafkaError._FATAL:
+        return False
+    if error.txn_requires_abort():
+        return False
+    return error.code() in NO_ANSWER or error.retriable()
 
 
 def missing_acl(code: int, needs: str) -> str:

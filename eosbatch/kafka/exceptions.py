@@ -42,3 +42,9 @@ class TopicChanging(TransientError):
 
 class TopicExists(TerminalError):
     """`topic create` found the topic with another number of partitions than it was asked for."""
+
+
+class TransactionOutcomeUnknown(KafkaUnavailable):
+    """A transactional call (EndTxn, AddPartitionsToTxn, TxnOffsetCommit) got no definite answer: a timeout, a
+    lost connection. Its producer is abandoned, never called again (no retry, no abort on it); a new producer's
+    init_transactions settles the transaction, and only then does the marker tell whether it committed."""

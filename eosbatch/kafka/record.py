@@ -15,14 +15,18 @@ PIPELINE = "eosbatch.pipeline"
 BATCH = "eosbatch.batch"
 COMMIT_SEQ = "eosbatch.commit_seq"      # per pipeline, in commit order: orders records across lanes
 SEQ = "eosbatch.seq"                    # the record's place in its batch's outbox
+ATTEMPT = "eosbatch.attempt"            # the Kafka transaction it was produced in: "<transactional id>/<uuid>"
 SOURCE_TOPIC = "eosbatch.source_topic"  # where the row came from, when the transform kept it
 SOURCE_PARTITION = "eosbatch.source_partition"
 SOURCE_OFFSET = "eosbatch.source_offset"
 
 
-def batch_headers(pipeline: str, batch_id: int, commit_seq: int) -> Headers:
-    """The headers every record of one batch carries."""
-    return [(PIPELINE, pipeline.encode()), (BATCH, str(batch_id).encode()), (COMMIT_SEQ, str(commit_seq).encode())]
+def batch_headers(pipeline: str, batch_id: int, commit_seq: int, attempt: str = "") -> Headers:
+    """The headers every record of one batch carries; with `attempt` (TransactionalPublisher.attempt) the
+    transaction it is produced in, so that a reader can tell the records of an aborted attempt apart."""
+    headers: Headers = [(PIPELINE, pipeline.encode()), (BATCH, str(batch_id).encode()),
+                        (COMMIT_SEQ, str(commit_seq).encode())]
+    return [*headers, (ATTEMPT, attempt.encode())] if attempt else headers
 
 
 def outgoing(chunks: Iterator[list[tuple[Any, ...]]], source_topics: Sequence[str], common: Headers,

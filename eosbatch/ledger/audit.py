@@ -100,3 +100,14 @@ def sink_rows(cur: Cursor, pipeline: Pipeline, columns: list[str]) -> list[dict[
     cur.execute(sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(map(sql.Identifier, columns)),
                                                     sink_table(pipeline)))
     return [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
+
+
+def commit_numbers(cur: Cursor, pipeline: str) -> tuple[list[tuple[int, str, int]], int]:
+    """(id, kind, commit_seq) of every committed or published batch that has a number, oldest first, and the
+    pipeline's counter (its last number handed out)."""
+    cur.execute("SELECT id, kind, commit_seq FROM eosbatch.batches WHERE pipeline = %s AND commit_seq IS NOT NULL "
+                "AND state IN ('committed', 'published') ORDER BY id", (pipeline,))
+    numbered = [(int(i), kind, int(seq)) for i, kind, seq in cur.fetchall()]
+    cur.execute("SELECT commit_seq FROM eosbatch.pipelines WHERE name = %s", (pipeline,))
+    row = cur.fetchone()
+    return numbered, int(row[0]) if row else 0

@@ -148,10 +148,15 @@ def _counted(parsed: Any, nonce: str) -> tuple[Any, Any]:
 def _tally(observed: Any, parsed: Any, batch_id: int, log: Any) -> _Tally:
     """The records read and the malformed ones: the observation's counts if every task's counts were merged
     once, else a count of their own (an action, whose result Spark merges once per partition)."""
-    if int(observed["tasks"]) == int(observed["partitions"]):
+    if "tasks" not in observed:
+        # No metrics come back when nothing committed was read (e.g. ranges of an aborted transaction only):
+        # Spark drops the observation of an empty plan.
+        log(f"batch {batch_id}: Spark reported no counts (nothing committed read?); counting the records")
+    elif int(observed["tasks"]) == int(observed["partitions"]):
         return _Tally(int(observed["records"]), int(observed["malformed"]), int(observed["tombstones"]))
-    log(f"batch {batch_id}: {observed['tasks']} tasks read records in {observed['partitions']} partitions "
-        "(a task ran again after its executor was lost); counting the records once more")
+    else:
+        log(f"batch {batch_id}: {observed['tasks']} tasks read records in {observed['partitions']} partitions "
+            "(a task ran again after its executor was lost); counting the records once more")
     [exact] = parsed.agg(*_record_counts()).collect()
     return _Tally(int(exact["records"]), int(exact["malformed"]), int(exact["tombstones"]))
 

@@ -60,11 +60,11 @@ def commit_and_publish(ctx: Context, batch_id: int) -> store.Batch:
         return publish(ctx, batch_id)
     check_output_topic(settings, pipeline)
     topic = pipeline.output.topic
-    headers = record.batch_headers(pipeline.name, batch_id, sequence)
     params = {"batch": batch.id, "writers": batch.writer_tags("sink")}
     produced: dict[str, Any] = {}
 
     def produce(publisher: TransactionalPublisher) -> None:
+        headers = record.batch_headers(pipeline.name, batch_id, sequence, publisher.attempt)
         chunks = stream.chunks(settings, query, params, OUTBOX_CHUNK, text_as_bytes=True)
         try:
             produced["count"] = publisher.produce(
@@ -113,6 +113,8 @@ def commit_and_publish(ctx: Context, batch_id: int) -> store.Batch:
                 published = produced["count"]
                 log(f"batch {batch_id}: published {published} records (produced while it committed)")
         if why is not None:
+            # Not an AMBIGUOUS one (its commit's outcome unknown): publish's new producer settles it, and reads
+            # the marker only after its init_transactions.
             if publisher.state is TxnState.IN_TXN:
                 with contextlib.suppress(EosbatchError):
                     publisher.abort()

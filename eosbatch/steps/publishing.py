@@ -13,7 +13,7 @@ from eosbatch.bulk import paused_gc
 from eosbatch.context import Context
 from eosbatch.exceptions import Fenced, TerminalError
 from eosbatch.kafka import avro, marker, record
-from eosbatch.kafka.exceptions import MarkerExpired
+from eosbatch.kafka.exceptions import MarkerExpired, TransactionOutcomeUnknown
 from eosbatch.kafka.publisher import publishing
 from eosbatch.kafka.record import Headers, Outgoing
 from eosbatch.ledger import cleanup, lanes, sinks, store, stream
@@ -82,8 +82,21 @@ def publish_to_kafka(ctx: Context, batch_id: int, epoch: int | None = None, igno
                      ) -> int | None:
     """The Kafka half of publish: see `_publish_to_kafka`. A terminal failure of a committed batch (the output
     topic deleted, no write permission, an expired marker) is recorded on the batch, so `status` shows why
-    its lane is stuck until the operator acts; fencing is not a failure of the batch and is not recorded."""
+    its lane is stuck until the operator acts; fencing is not a failure of the batch and is not recorded.
+
+    A Kafka call whose outcome is unknown (TransactionOutcomeUnknown: EndTxn, AddPartitionsToTxn or
+    TxnOffsetCommit timed out, or its connection was lost) left its producer abandoned, neither retried nor
+    aborted. The publish then starts once more from the top: the lane's epoch checked, a new producer whose
+    init_transactions settles the transaction (the coordinator completes or aborts it and bumps the epoch),
+    only then the marker read; it finalizes the batch, or publishes it again under the new epoch. A second
+    unknown outcome is left to the next run, whose recovery does the same (docs/design.md, failure matrix)."""
     try:
+        try:
+            return _publish_to_kafka(ctx, batch_id, epoch, ignore_expired_marker)
+        except TransactionOutcomeUnknown as exc:
+            ctx.log(f"batch {batch_id}: ambiguous transaction outcome ({exc}); settling it with a new producer "
+                    "(init_transactions), then reading the marker")
+        # Out of the except block: the traceback's frames, and with them the abandoned producer, are freed now.
         return _publish_to_kafka(ctx, batch_id, epoch, ignore_expired_marker)
     except TerminalError as exc:
         if not isinstance(exc, Fenced):
@@ -131,7 +144,7 @@ def _publish_to_kafka(ctx: Context, batch_id: int, epoch: int | None, ignore_exp
             publisher.begin()
             produced = 0
             if pipeline.output is not None and batch.publish:
-                headers = record.batch_headers(pipeline.name, batch_id, batch.commit_seq or 0)
+                headers = record.batch_headers(pipeline.name, batch_id, batch.commit_seq or 0, publisher.attempt)
                 with paused_gc():
                     produced = publisher.produce(pipeline.output.topic, _outbox(settings, pipeline, batch, headers), [])
                 if batch.outbox_records is not None and produced != batch.outbox_records:
@@ -159,7 +172,7 @@ def finalize(ctx: Context, batch_id: int, produced: int | None = None) -> store.
         batch = store.set_state(cur, batch, "published", **fields)
         cleanup.delete_staging(cur, batch_id, sinks.stage_table(pipeline), finished=True, pipeline=pipeline.name)
         cleanup.delete_outbox(cur, batch, sinks.outbox_table(pipeline))
-    how = "published by an earlier run; " if produced is None else ""
+    how = "published by an earlier attempt; " if produced is None else ""
     log(f"batch {batch_id}: finalized ({how}{count if count is not None else '?'} output records)")
     if batch.marker_group != pipeline.marker_group:
         # A backfill batch's own marker group has done its job once the ledger says published. If this

@@ -16,6 +16,7 @@ from typing import TypeVar
 from eosbatch import faults, stack
 from eosbatch.stack.postgres import find_bindir
 from eosbatch.stack.processes import alive
+from tests.chaos.judge import assert_exactly_once_judged
 from tests.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -240,15 +241,12 @@ class Services:
 
 
 def verify(scenario: Scenario, recompute: bool = False) -> None:
-    """`eosbatch verify PIPELINE` must exit 0, beside the independent checks of Scenario.assert_exactly_once. Its
-    recompute of the sink from
-    the committed input costs one more spark-submit per test, so it runs only where asked: the sink is already
-    compared with the input by Scenario.assert_exactly_once."""
-    done = subprocess.run([sys.executable, "-m", "eosbatch.cli", "verify", scenario.pipeline,
-                           *([] if recompute else ["--no-recompute"])], env=scenario.env(),
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert done.returncode == 0, f"eosbatch verify {scenario.pipeline}: exit {done.returncode}\n" \
-                                 f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    """`eosbatch verify PIPELINE` must exit 0, and the history checker (tests/history) must find no anomaly: the
+    two judges agree (tests/chaos/judge.py). Beside the independent checks of Scenario.assert_exactly_once. Its
+    recompute of the sink from the committed input costs one more spark-submit per test, so it runs only where
+    asked: the sink is already compared with the input by Scenario.assert_exactly_once."""
+    assert_exactly_once_judged(scenario.settings, scenario.pipeline, scenario.output, scenario.history_sink(),
+                               scenario.env(), scenario.history_decoder(), recompute=recompute)
 
 
 def end_exactly_once(scenario: Scenario, recompute: bool = False) -> None:

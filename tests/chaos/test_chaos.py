@@ -27,6 +27,8 @@ from eosbatch.kafka.read_back import read_topic
 from eosbatch.ledger import lanes, store
 from tests.chaos.control import ROOT, end_exactly_once, wait_until
 from tests.chaos.control import session as control_session
+from tests.chaos.judge import assert_exactly_once_judged
+from tests.history.collect import SinkSpec
 from tests.redriving import Redrive
 from tests.scenario import Scenario
 
@@ -344,4 +346,6 @@ def test_postgres_crash_mid_redrive_then_redrive_again(settings, unique, service
     done = scenario.redrive("--all", "--yes")
     assert done["redriven"] == 0 and done["dead_letters"] == 4, done  # only the broken ones were left to choose
     scenario.assert_exactly_once(fixed=True)
+    assert_exactly_once_judged(settings, scenario.pipeline, scenario.output, SinkSpec(scenario.pipeline, ("id",)),
+                               scenario.env())
     assert {by for _, _, by, _ in scenario.dead_letters().values() if by is not None} == {batch_id}

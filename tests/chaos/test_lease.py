@@ -2,7 +2,8 @@
 Airflow DAG run's tasks), and one frozen past its lease. Before the lane lease every plan bumped the epoch,
 so two runners aborted each other's batches; now the lane has one holder at a time, the other leaves it
 (and its epoch) alone, and a frozen holder is taken over after its lease expires and fenced when it wakes.
-Each test ends exactly-once (Scenario.assert_exactly_once: sink, dead letters, coverage, output)."""
+Each test ends exactly-once (Scenario.assert_exactly_once: sink, dead letters, coverage, output; then eosbatch verify
+and the history checker, which must agree: tests/chaos/control.end_exactly_once)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pytest
 from eosbatch.cli import EXIT_FENCED, EXIT_TRANSIENT
 from eosbatch.ledger import lanes, store
 from tests.chaos.airflow_run import BUSY, CAUGHT_UP
+from tests.chaos.control import end_exactly_once
 from tests.scenario import ROOT, Scenario
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
@@ -83,7 +85,7 @@ def test_two_runners_started_at_the_same_moment(settings, unique):
     # one bump per plan of the runner that did the work (its batches + the caught-up plan); none by the loser
     assert epoch == len(batches) + 1 + (codes == [0, 0]), (epoch, batches)
     assert takeovers == 0 and lease.owner is None  # never taken from a live holder; released at the end
-    scenario.assert_exactly_once()
+    end_exactly_once(scenario)
 
 
 # ---------------------------------------------------------------- b. side by side: the CLI and an Airflow run
@@ -146,7 +148,7 @@ def test_cli_and_airflow_runs_side_by_side_share_the_lane_without_ping_pong(sett
     lease, takeovers = leases["regular"]
     assert epoch == planned <= len(batches) + 2, (epoch, runs)  # a busy lane's epoch is never bumped
     assert takeovers == 0 and lease.owner is None, leases
-    scenario.assert_exactly_once()
+    end_exactly_once(scenario)
     print(f"runs: {runs}; epoch {epoch}")
 
 
@@ -183,4 +185,4 @@ def test_a_holder_frozen_past_its_lease_is_taken_over_and_fenced_when_it_wakes(s
     last = err.strip().splitlines()[-1]
     assert last.startswith("eosbatch: fenced: ") and "lost the regular lane" in last, err[-3000:]
     assert scenario.states() == ["aborted", "published"]  # the woken holder wrote nothing more
-    scenario.assert_exactly_once()
+    end_exactly_once(scenario)
