@@ -44,6 +44,7 @@ class Count:
 @dataclass
 class Verdict:
     judges: dict[str, list[str]] = field(default_factory=dict)  # judge -> its anomalies
+    aborted_attempts: int | None = None  # the output log's aborted Kafka transactions (the history checker's count)
 
     @property
     def anomalies(self) -> int:
@@ -116,7 +117,7 @@ def judge(scenario: Scenario, count: Count) -> Verdict:
     if history_available():
         from tests.soak.history import history_anomalies
 
-        verdict.judges["history checker"] = history_anomalies(scenario)
+        verdict.judges["history checker"], verdict.aborted_attempts = history_anomalies(scenario)
     verdict.judges["Scenario.assert_exactly_once"] = scenario_anomalies(scenario)
     verdict.judges["eosbatch verify"] = verify_anomalies(scenario)
     return verdict

@@ -1,16 +1,18 @@
-"""The soak's use of the history checker (tests/history, issue 37 item 5): the totals pipeline's history, its
-sink compared with its output as an accumulate sink, every input record below the next offsets (the soak judges
-after the drain, caught up). Imported only when this checkout has tests/history."""
+"""The soak's use of the history checker (tests/history, issue 37 item 5): the totals pipeline's whole history
+(ledger, output read_committed and read_uncommitted, dead letters, sink, input), its sink compared with its output
+as an accumulate sink, every input record below the next offsets (the soak judges after the drain, caught up)."""
 
 from __future__ import annotations
 
-from tests.history.check import run
-from tests.history.collect import SinkSpec, Where
+from tests.history.checker import aborted_attempts, check
+from tests.history.collect import Where, collect
 from tests.scenario import Scenario
 
 
-def history_anomalies(scenario: Scenario) -> list[str]:
-    sink = SinkSpec(f"public.crash_totals_{scenario.suffix}", ("customer_id",), "accumulate",
-                    ("total_amount", "order_count"))
-    found = run(scenario.pipeline, scenario.output, sink, Where.from_env(scenario.env()), caught_up=True)
-    return [anomaly.line() for anomaly in found]
+def history_anomalies(scenario: Scenario) -> tuple[list[str], int]:
+    """The checker's anomalies, and how many aborted attempts (Kafka transactions) the output's log holds."""
+    settings = scenario.settings
+    history = collect(scenario.pipeline, scenario.output, scenario.history_sink(),
+                      Where(settings.kafka_bootstrap, settings.database_url, dict(settings.kafka_config)),
+                      inputs=True)
+    return [a.line() for a in check(history, caught_up=True)], len(aborted_attempts(history))
