@@ -59,9 +59,8 @@ def adopt(ctx: Context, owner: str | None = None) -> store.Batch | None:
             # an id taken since: a new id, and verify names the output's ids as unknown batches (the failure
             # matrix says so).
             reuse = next(iter(named)) if len(named) == 1 else None
-            if reuse is not None:
-                cur.execute("SELECT 1 FROM eosbatch.batches WHERE id = %s", (reuse,))
-                reuse = None if cur.fetchone() else reuse
+            if reuse is not None and store.batch_exists(cur, reuse):
+                reuse = None
             batch = store.create_batch(cur, pipeline.name, "regular", epoch, found, pipeline.marker_group,
                                        batch_id=reuse)
         log(f"batch {batch.id}: adopting {', '.join(map(str, batch.ranges))}, published already")

@@ -153,6 +153,11 @@ def last_of_each_lane(cur: Cursor, pipeline: str) -> list[Batch]:
                          "ORDER BY id", (pipeline,))
 
 
+def batch_exists(cur: Cursor, batch_id: int) -> bool:
+    cur.execute("SELECT 1 FROM eosbatch.batches WHERE id = %s", (batch_id,))
+    return cur.fetchone() is not None
+
+
 def create_batch(cur: Cursor, pipeline: str, kind: BatchKind, epoch: int, ranges: list[OffsetRange],
                  marker_group: str | Callable[[int], str], publish: bool = True, replay_of: int | None = None,
                  batch_id: int | None = None) -> Batch:

@@ -51,8 +51,9 @@ def _traversable_by(user: str, path: Path) -> bool:
 
 
 def _cluster_home(home: Path, folder: str = "postgres") -> Path:
-    """`home/<folder>` (`postgres`; the replica's `postgres-replica`), unless the `postgres` user (which runs the server when we are root) cannot reach
-    it, as inside a private temp folder: then a folder of its own under /var/lib/eosbatch, one per home."""
+    """`home/<folder>` (`postgres`; the replica's `postgres-replica`), unless the `postgres` user (which runs
+    the server when we are root) cannot reach it, as inside a private temp folder: then a folder of its own
+    under /var/lib/eosbatch, one per home."""
     wanted = home / folder
     if os.geteuid() != 0:
         return wanted

@@ -77,7 +77,7 @@ def make_replica(source: PostgresCluster, replica: PostgresCluster, bindir: Path
                  f"primary_conninfo = 'host=127.0.0.1 port={source.port} user={USER} "
                  f"application_name={APPLICATION_NAME}'\n")
     _write_owned(replica, replica.data / "standby.signal", "")
-    replica.start(bindir)
+    _start(replica, bindir)
     wait_streaming(source, timeout)
 
 
@@ -124,6 +124,21 @@ def stop_immediately(cluster: PostgresCluster, bindir: Path) -> int:
     return pid
 
 
+def _start(cluster: PostgresCluster, bindir: Path, timeout: float = 90.0) -> None:
+    """Start it, again after a failed start, for up to `timeout`: a port in the ephemeral range may be held, while
+    the server was down, by a client's connection elsewhere ("could not bind ... Address already in use"; seen
+    here with the stack on port 33432), until that connection and its TIME-WAIT end."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            cluster.start(bindir)
+            return
+        except StackError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2.0)
+
+
 def role(cluster: PostgresCluster) -> str:
     """"primary", "replica", or "stopped" (also a server that does not answer)."""
     if cluster.pid() is None:
@@ -152,7 +167,7 @@ def restore_primary(primary: PostgresCluster, replica: PostgresCluster, bindir: 
         (primary.data / leftover).unlink(missing_ok=True)
     _write_owned(primary, primary.data / "postgresql.auto.conf", "")
     (primary.home / STANDBY_MARK).unlink(missing_ok=True)
-    primary.start(bindir)
+    _start(primary, bindir)
     primary.wait_ready()
     set_synchronous(primary, mode == "sync")
     make_replica(primary, replica, bindir)

@@ -6,10 +6,10 @@ from typing import Any
 
 from eosbatch import faults
 from eosbatch import lease as leases
-from eosbatch.lost_output import check_not_behind
 from eosbatch.context import Context
 from eosbatch.kafka import offsets
 from eosbatch.ledger import lanes, positions, store
+from eosbatch.lost_output import check_not_behind
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol import ranges as plan_ranges
 from eosbatch.protocol import sources

@@ -98,7 +98,7 @@ class Failover:
         """The stack as before the test: the primary on its own port with everything the promoted replica holds,
         a fresh synchronous replica; stopped again if this test started it."""
         if replica.role(self.primary) == "stopped" and replica.role(self.replica) == "stopped":
-            self.primary.start(self.bindir)
+            replica._start(self.primary, self.bindir)
             self.primary.wait_ready()
         replica.restore_primary(self.primary, self.replica, self.bindir, "sync")
         if self.started_replica:

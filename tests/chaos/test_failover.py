@@ -121,7 +121,6 @@ def test_async_replica_that_missed_a_published_batch_stops_the_run_until_adopted
     assert adopted.returncode == 0, adopted.stderr[-3000:]
     assert [state for _, _, state in scenario.batches()] == ["published", "published"]
 
-    scenario.produce(300)  # and the pipeline goes on
-    after = scenario.run()
-    assert after.returncode == 0, after.stderr[-3000:]
+    after = scenario.run()  # the pipeline goes on: its plan finds the ledger level with the output
+    assert after.returncode == 0 and "0 batches" in after.stdout, after.stdout[-2000:] + after.stderr[-3000:]
     end_exactly_once(scenario)
