@@ -100,3 +100,29 @@ def test_the_message_names_the_range_the_cause_and_the_way_out() -> None:
     assert "`eosbatch adopt-published spend`" in text and "eosbatch.spend" in text
     error = LedgerBehindOutput(text, [OffsetRange("orders", 0, 100, 130)])
     assert isinstance(error, ProtocolError) and error.ranges == [OffsetRange("orders", 0, 100, 130)]
+
+
+@pytest.mark.parametrize(("raw", "mode"), [("", ""), ("0", ""), ("1", "sync"), ("sync", "sync"), ("async", "async")])
+def test_the_replica_setting_reads_sync_async_or_none(monkeypatch, raw, mode) -> None:
+    from eosbatch import stack
+
+    monkeypatch.setenv(stack.POSTGRES_REPLICA, raw)
+    assert stack.replica_wanted() == mode
+
+
+def test_a_bad_replica_setting_names_the_variable(monkeypatch) -> None:
+    from eosbatch import stack
+    from eosbatch.exceptions import ConfigError
+
+    monkeypatch.setenv(stack.POSTGRES_REPLICA, "semi")
+    with pytest.raises(ConfigError, match="EOSBATCH_POSTGRES_REPLICA"):
+        stack.replica_wanted()
+
+
+def test_stack_up_takes_postgres_replica_with_an_optional_mode() -> None:
+    from eosbatch.cli_parser import parser
+
+    assert parser().parse_args(["stack", "up", "--postgres-replica"]).postgres_replica == "sync"
+    assert parser().parse_args(["stack", "up", "--postgres-replica", "async"]).postgres_replica == "async"
+    assert parser().parse_args(["stack", "up"]).postgres_replica is None
+    assert parser().parse_args(["adopt-published", "p", "--yes"]).yes
