@@ -114,6 +114,9 @@ def test_async_replica_that_missed_a_published_batch_stops_the_run_until_adopted
         (lost, stopped.stderr[-3000:])
     assert f"eosbatch adopt-published {scenario.pipeline}" in stopped.stderr
     assert [state for _, _, state in scenario.batches()] == ["published"], "the stopped run planned a batch"
+    audit = scenario.cli("verify", scenario.pipeline, "--no-recompute")  # verify checks the invariant too
+    assert audit.returncode == 1 and "ledger not behind the output" in audit.stdout + audit.stderr, \
+        audit.stdout[-3000:] + audit.stderr[-2000:]
 
     refused = scenario.cli("adopt-published", scenario.pipeline)  # no terminal, no --yes: asks, so refuses
     assert refused.returncode != 0 and "--yes" in refused.stderr, refused.stderr[-2000:]
