@@ -81,6 +81,15 @@ def make_replica(source: PostgresCluster, replica: PostgresCluster, bindir: Path
     wait_streaming(source, timeout)
 
 
+def streams(primary: PostgresCluster, timeout: float = 5.0) -> bool:
+    """Whether the primary streams WAL to the replica (waiting up to `timeout` for it to start)."""
+    try:
+        wait_streaming(primary, timeout)
+    except StackNotReady:
+        return False
+    return True
+
+
 def wait_streaming(primary: PostgresCluster, timeout: float = 60.0) -> None:
     """Until the primary streams WAL to the replica."""
     deadline = time.monotonic() + timeout
@@ -153,7 +162,7 @@ def restore_primary(primary: PostgresCluster, replica: PostgresCluster, bindir: 
     server, a copy of its data folder into the primary's (no standby.signal: it starts as a primary), then a
     new pg_basebackup for the replica. Nothing is lost: the copy is of a cleanly stopped server."""
     if role(primary) == "primary" and role(replica) in ("replica", "stopped"):
-        if role(replica) == "stopped":
+        if role(replica) == "stopped" or not streams(primary):  # stopped, or detached (a test's doing): rebuilt
             make_replica(primary, replica, bindir)
         set_synchronous(primary, mode == "sync")
         return

@@ -62,9 +62,28 @@ class Failover:
         """`pg_ctl stop -m immediate` on the current primary; its postmaster's pid (gone on return)."""
         return replica.stop_immediately(self.current_primary(), self.bindir)
 
-    def promote_replica(self) -> None:
-        """`pg_ctl promote` on the replica; returns once it accepts writes."""
-        replica.promote(self.replica, self.bindir)
+    def current_replica(self) -> PostgresCluster:
+        for server in (self.replica, self.primary):
+            if replica.role(server) == "replica":
+                return server
+        raise AssertionError("no PostgreSQL server of the stack is a replica")
+
+    def promote_replica(self) -> PostgresCluster:
+        """`pg_ctl promote` on whichever server is the replica (the stack's replica, unless roles were swapped by an
+        earlier failover and `rebuild_replica`); returns it once it accepts writes."""
+        promoted = self.current_replica()
+        replica.promote(promoted, self.bindir)
+        return promoted
+
+    def rebuild_replica(self, mode: str = "sync") -> PostgresCluster:
+        """After a failover, without stopping the new primary: the stopped server made again, by pg_basebackup, as
+        a `mode` replica of the current primary (the roles stay swapped; `restore` swaps them back). For a soak
+        that fails over again and again; returns the new replica."""
+        primary = self.current_primary()
+        stopped = self.replica if primary is self.primary else self.primary
+        replica.make_replica(primary, stopped, self.bindir)
+        replica.set_synchronous(primary, mode == "sync")
+        return stopped
 
     def caught_up(self) -> None:
         """Until the replica has replayed everything the primary wrote so far."""
