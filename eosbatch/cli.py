@@ -108,6 +108,8 @@ def _command(args: argparse.Namespace) -> int:
         else:
             print(f"{outcome.action}" + (f": batch(es) {', '.join(map(str, outcome.batches))}"
                                          if outcome.batches else ""))
+    elif args.command == "adopt-published":
+        return _adopt_published(args)
     elif args.command == "ranges":
         coverage = commands.ranges(args.pipeline)
         if as_json:
@@ -198,23 +200,29 @@ def _stack(args: argparse.Namespace) -> None:
     if args.action == "up":
         # Progress on stderr: stdout carries only the exports, for `eval "$(eosbatch stack up)"`.
         info = commands.stack_up(log=_to_stderr, spark_cluster=args.spark_cluster,
-                                  schema_registry=args.schema_registry)
+                                  schema_registry=args.schema_registry, postgres_replica=args.postgres_replica)
         for key, value in info.env().items():
             print(f"export {key}={shlex.quote(value)}")
     elif args.action == "down":
         commands.stack_down()
     elif args.action == "env":
-        for key, value in commands.stack_env(args.spark_cluster, args.schema_registry).items():
+        replica = None if args.postgres_replica is None else True
+        for key, value in commands.stack_env(args.spark_cluster, args.schema_registry, replica).items():
             print(f"export {key}={shlex.quote(value)}")
     elif args.json:
-        _print_json(_stack_json(commands.stack_status(args.spark_cluster, args.schema_registry)))
+        _print_json(_stack_json(commands.stack_status(args.spark_cluster, args.schema_registry,
+                                                      None if args.postgres_replica is None else True)))
     else:
-        info = commands.stack_status(args.spark_cluster, args.schema_registry)
+        info = commands.stack_status(args.spark_cluster, args.schema_registry,
+                                     None if args.postgres_replica is None else True)
         print(f"home:     {info.home}")
         print(f"kafka:    {info.kafka_bootstrap} pid={info.kafka_pid or 'stopped'} "
               f"version={info.versions['kafka']}")
         print(f"postgres: {info.database_url} pid={info.postgres_pid or 'stopped'} "
               f"version={info.versions['postgres']}")
+        if info.postgres_roles:
+            print(f"          {', '.join(f'127.0.0.1:{port} {role}' for port, role in info.postgres_roles)} "
+                  f"({info.postgres_replica_mode or '?'} replication)")
         print(f"spark:    {info.spark_remote} pid={info.spark_connect_pid or 'stopped'} "
               f"supervisor={info.spark_connect_supervisor_pid or 'none'} "
               f"(Spark Connect, pyspark {info.versions['pyspark']})")
@@ -229,7 +237,9 @@ def _stack_json(info: commands.StackInfo) -> dict:  # type: ignore[type-arg]
     cluster = info.spark_cluster
     return {"home": str(info.home),
             "kafka": {"bootstrap": info.kafka_bootstrap, "pid": info.kafka_pid, "version": info.versions["kafka"]},
-            "postgres": {"url": info.database_url, "pid": info.postgres_pid, "version": info.versions["postgres"]},
+            "postgres": {"url": info.database_url, "pid": info.postgres_pid, "version": info.versions["postgres"],
+                         "replica_pid": info.postgres_replica_pid, "replication": info.postgres_replica_mode or None,
+                         "roles": {str(port): role for port, role in info.postgres_roles}},
             "spark": {"remote": info.spark_remote, "pid": info.spark_connect_pid,
                       "supervisor_pid": info.spark_connect_supervisor_pid, "pyspark": info.versions["pyspark"]},
             "spark_cluster": None if cluster is None else {
@@ -311,6 +321,22 @@ def _reset(args: argparse.Namespace) -> int:
         if why is not None:
             return _refuse(why)
     print(f"{len(moves(False))} partition(s) reset")
+    return 0
+
+
+def _adopt_published(args: argparse.Namespace) -> int:
+    lost = commands.lost_output(args.pipeline)
+    if not lost:
+        print(f"pipeline {args.pipeline}: the ledger is not behind the output; nothing to adopt")
+        return 0
+    ranges = ", ".join(f"{r.topic}:{r.partition} [{r.start}, {r.end})" for r in lost)
+    why = _refusal(f"adopt-published processes {ranges} of pipeline {args.pipeline} into the sink and records it "
+                   "as published, producing nothing: its output is taken to be the records already in the topic",
+                   yes=args.yes)
+    if why is not None:
+        return _refuse(why)
+    batch = commands.adopt_published(args.pipeline)
+    print(f"batch {batch.id if batch else '-'}: adopted {ranges}")
     return 0
 
 

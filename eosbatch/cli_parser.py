@@ -95,6 +95,15 @@ def parser() -> Parser:
     how.add_argument("--published", action="store_true",
                      help="its records are in the output topic (header eosbatch.batch): finalize, produce nothing")
     how.add_argument("--republish", action="store_true", help="they are not: publish the batch's outbox now")
+    adopt = sub.add_parser("adopt-published",
+                           help="after a lossy database failover: take the range the output holds back into the "
+                                "ledger and the sink, producing nothing",
+                           description="When the ledger is behind the output (a `run` stopped with `the ledger is "
+                                       "behind the output`): process the lost range into the sink again and record "
+                                       "it in the ledger as published, without producing it again. Asks first, on "
+                                       "a terminal; elsewhere give --yes.")
+    adopt.add_argument("pipeline")
+    _yes(adopt)
     reset = sub.add_parser("reset", help="after a source change: move partitions or accept a recreated topic",
                            description="Recorded in the ledger: skipped offsets become declared gaps; a recreated "
                                        "topic (new topic ID) starts a new incarnation. Never done automatically. "
@@ -189,6 +198,10 @@ def _stack(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                             help="up: also a Confluent-compatible Schema Registry (Apicurio Registry, in memory); "
                                  "up and env: export its URL as EOSBATCH_SCHEMA_REGISTRY_URL "
                                  "(default: EOSBATCH_SCHEMA_REGISTRY)")
+        action.add_argument("--postgres-replica", nargs="?", const="sync", choices=("sync", "async"),
+                            default=None, help="up: also a streaming replica of PostgreSQL on the next port, "
+                                               "synchronous unless `async`; up and env: EOSBATCH_DATABASE_URL "
+                                               "names both servers (default: EOSBATCH_POSTGRES_REPLICA)")
 
 
 def _db(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -34,16 +34,17 @@ def context(pipeline: str, log: Log = print) -> Context:
 # The development stack is imported by its commands only: `run`, the DAG tasks and the rest never load it.
 
 def stack_up(log: Log = print, spark_cluster: bool | None = None,
-             schema_registry: bool | None = None) -> StackInfo:
+             schema_registry: bool | None = None, postgres_replica: str | None = None) -> StackInfo:
     from eosbatch import stack
 
-    return stack.up(log, spark_cluster, schema_registry)
+    return stack.up(log, spark_cluster, schema_registry, postgres_replica)
 
 
-def stack_env(spark_cluster: bool | None = None, schema_registry: bool | None = None) -> dict[str, str]:
+def stack_env(spark_cluster: bool | None = None, schema_registry: bool | None = None,
+              postgres_replica: bool | None = None) -> dict[str, str]:
     from eosbatch import stack
 
-    return stack.status(spark_cluster, schema_registry).env()
+    return stack.status(spark_cluster, schema_registry, postgres_replica).env()
 
 
 def stack_down() -> None:
@@ -52,10 +53,11 @@ def stack_down() -> None:
     stack.down()
 
 
-def stack_status(spark_cluster: bool | None = None, schema_registry: bool | None = None) -> StackInfo:
+def stack_status(spark_cluster: bool | None = None, schema_registry: bool | None = None,
+                 postgres_replica: bool | None = None) -> StackInfo:
     from eosbatch import stack
 
-    return stack.status(spark_cluster, schema_registry)
+    return stack.status(spark_cluster, schema_registry, postgres_replica)
 
 
 def airflow_up(log: Log = print) -> Any:
@@ -166,6 +168,20 @@ def settle_publish(pipeline: str, batch_id: int, republish: bool, log: Log = pri
     if republish:
         return steps.publish(ctx, batch_id, ignore_expired_marker=True)
     return steps.finalize(ctx, batch_id, None)
+
+
+def lost_output(pipeline: str) -> list[Any]:
+    """The ranges the pipeline's output holds and its ledger does not (eosbatch.protocol.lost); [] normally."""
+    from eosbatch import adopt
+
+    return adopt.lost(context(pipeline))
+
+
+def adopt_published(pipeline: str, log: Log = print) -> store.Batch | None:
+    """The lost range processed into the sink again and recorded as published, nothing produced (eosbatch.adopt)."""
+    from eosbatch import adopt
+
+    return adopt.adopt(context(pipeline, log))
 
 
 def backfill(pipeline: str, ranges: list[str] | None = None, time_from: str | None = None,

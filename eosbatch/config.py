@@ -152,10 +152,39 @@ def transaction_call_timeout_s(env: dict[str, str] | None = None) -> float:
 
 
 def to_libpq_url(url: str) -> str:
+    """The SQLAlchemy URL as libpq's. SQLAlchemy 2's multi-host form (`postgresql+psycopg2://user@/db?host=a:5432&
+    host=b:5433&target_session_attrs=read-write`, as `stack up --postgres-replica` exports it) becomes libpq's
+    (`postgresql://user@a:5432,b:5433/db?target_session_attrs=read-write`): libpq takes `host` in a URL's query as
+    a bare host name."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise ConfigError(DATABASE_URL, "expected a URL such as postgresql+psycopg2://user@host:port/db")
-    return "postgresql://" + rest if scheme.startswith("postgresql") else url
+    if not scheme.startswith("postgresql"):
+        return url
+    before, mark, query = rest.partition("?")
+    pairs = [pair.partition("=") for pair in query.split("&")] if mark else []
+    hosts = [unquote(value) for name, _, value in pairs if name == "host"]
+    if not hosts:
+        return "postgresql://" + rest
+    authority, slash, path = before.partition("/")
+    user, at, netloc = authority.rpartition("@")
+    netloc = ",".join(([netloc] if netloc else []) + hosts)
+    others = "&".join(f"{name}{sep_}{value}" for name, sep_, value in pairs if name != "host")
+    return f"postgresql://{user}{at}{netloc}{slash}{path}{'?' + others if others else ''}"
+
+
+def database_hosts(url: str) -> list[tuple[str, int | None]]:
+    """Every (host, port) the URL names, in order: one, or several in SQLAlchemy 2's multi-host form
+    (`?host=a:5432&host=b:5433`)."""
+    parts = urlsplit(to_libpq_url(url))
+    netloc = parts.netloc.rpartition("@")[2]
+    found = []
+    for entry in netloc.split(","):
+        host, colon, port = entry.rpartition(":") if not entry.endswith("]") else ("", "", "")
+        if not colon or not port.isdigit():
+            host, port = entry, ""
+        found.append((unquote(host.strip("[]")), int(port) if port else None))
+    return found
 
 
 SECRET_PARAMETERS = frozenset({"password", "sslpassword"})  # libpq takes these in a URL's query too

@@ -20,6 +20,7 @@ from eosbatch.kafka.read_back import OpenTransaction, Record, read_topic
 from eosbatch.ledger import audit as ledger
 from eosbatch.ledger import claims, positions, store
 from eosbatch.ledger.sinks.names import DELETED_COLUMN
+from eosbatch.lost_output import lost_output
 from eosbatch.outputs import AvroValue
 from eosbatch.protocol.ranges import OffsetRange
 from eosbatch.protocol.sources import coverage_problems
@@ -140,6 +141,11 @@ def audit(ctx: Context, recompute: bool = True) -> Audit:
     findings.append(Finding("coverage", not overlaps and not gaps,
                             "every committed offset once, no holes" if not overlaps and not gaps else
                             f"{overlaps} overlapping ranges; holes or an end short of the next offset: {gaps}"))
+    behind = lost_output(settings, pipeline)  # the regular marker past the ledger: batches the ledger lost
+    findings.append(Finding("ledger not behind the output", not behind,
+                            "the regular marker group is within the ledger" if not behind else
+                            f"Kafka published ranges the ledger lost: {', '.join(map(str, behind))}; "
+                            f"`eosbatch adopt-published {pipeline.name}`"))
     if declared:  # not a violation: an operator skipped these on purpose, and the ledger says so
         findings.append(Finding("declared gaps", None, "; ".join(declared)))
     pending = [i for i, state, _, _ in batches if state in ("planned", "staged", "committed")]

@@ -19,6 +19,17 @@ def next_offsets(cur: Cursor, pipeline: str, lock: bool = False) -> dict[TopicPa
     return {TopicPartition(t, p): int(o) for t, p, o in cur.fetchall()}
 
 
+def ledger_ends(cur: Cursor, pipeline: str) -> dict[TopicPartition, int]:
+    """Per tracked partition, the furthest offset the ledger holds: its next offset, or the end of its committed
+    coverage in any incarnation when that is further (a reset moved the next offset back). The regular lane's
+    marker is never past it (eosbatch.protocol.lost)."""
+    cur.execute("SELECT o.topic, o.partition, GREATEST(o.next_offset, COALESCE(max(upper(c.offsets)), 0)) "
+                "FROM eosbatch.partition_offsets o LEFT JOIN eosbatch.committed_ranges c ON c.pipeline = o.pipeline "
+                "AND c.topic = o.topic AND c.partition = o.partition WHERE o.pipeline = %s "
+                "GROUP BY o.topic, o.partition, o.next_offset", (pipeline,))
+    return {TopicPartition(t, p): int(o) for t, p, o in cur.fetchall()}
+
+
 def set_next_offsets(cur: Cursor, pipeline: str, ends: dict[TopicPartition, int]) -> None:
     """What a commit does to the offsets: each partition's next offset moves to its range's end."""
     for tp, end in ends.items():

@@ -153,12 +153,23 @@ def last_of_each_lane(cur: Cursor, pipeline: str) -> list[Batch]:
                          "ORDER BY id", (pipeline,))
 
 
+def batch_exists(cur: Cursor, batch_id: int) -> bool:
+    cur.execute("SELECT 1 FROM eosbatch.batches WHERE id = %s", (batch_id,))
+    return cur.fetchone() is not None
+
+
 def create_batch(cur: Cursor, pipeline: str, kind: BatchKind, epoch: int, ranges: list[OffsetRange],
-                 marker_group: str | Callable[[int], str], publish: bool = True, replay_of: int | None = None
-                 ) -> Batch:
-    """A planned batch; `marker_group` may depend on the new batch's id (backfill batches have their own)."""
-    cur.execute("SELECT nextval(pg_get_serial_sequence('eosbatch.batches', 'id'))")
-    batch_id = int(cur.fetchone()[0])
+                 marker_group: str | Callable[[int], str], publish: bool = True, replay_of: int | None = None,
+                 batch_id: int | None = None) -> Batch:
+    """A planned batch; `marker_group` may depend on the new batch's id (backfill batches have their own).
+    `batch_id`: this id, not the sequence's next (a batch the ledger lost, adopted again: eosbatch.adopt); the
+    sequence moves past it."""
+    if batch_id is None:
+        cur.execute("SELECT nextval(pg_get_serial_sequence('eosbatch.batches', 'id'))")
+        batch_id = int(cur.fetchone()[0])
+    else:
+        cur.execute("SELECT setval(pg_get_serial_sequence('eosbatch.batches', 'id'), GREATEST(last_value, %s)) "
+                    "FROM eosbatch.batches_id_seq", (batch_id,))
     group = marker_group(batch_id) if callable(marker_group) else marker_group
     cur.execute(
         "INSERT INTO eosbatch.batches (id, pipeline, kind, state, epoch, publish, marker_group, replay_of) "

@@ -36,9 +36,14 @@ def sink_uri(settings: Settings, pipeline: Pipeline) -> str:
     """`postgres://host:port/database/schema/table` of the sink (the postgres provider's convention)."""
     from sqlalchemy.engine import make_url
 
+    from eosbatch.config import database_hosts
+
     url = make_url(settings.database_url)
-    host = (url.host or "localhost").lower()
-    return f"postgres://{host}:{url.port or POSTGRES_PORT}/{url.database}/{pipeline.sink.schema}/{pipeline.sink.table}"
+    # several servers (a primary and its replicas, `?host=a:p&host=b:p`): the dataset is named by the first
+    first_host, first_port = database_hosts(settings.database_url)[0]
+    host = (url.host or first_host or "localhost").lower()
+    port = url.port or first_port or POSTGRES_PORT
+    return f"postgres://{host}:{port}/{url.database}/{pipeline.sink.schema}/{pipeline.sink.table}"
 
 
 def output_uri(settings: Settings, pipeline: Pipeline) -> str | None:

@@ -84,15 +84,29 @@ def postgres_env(conn: ConnectionLike, conn_id: str = POSTGRES_CONN_ID) -> Conve
     user = quote(conn.login or "", safe="")
     if conn.password:
         user += ":" + quote(conn.password, safe="")
-    host = f"[{conn.host}]" if ":" in conn.host else conn.host
-    url = f"postgresql+psycopg2://{user}{'@' if user else ''}{host}:{port}/{quote(conn.schema, safe='')}"
     extra = _extra(conn, conn_id)
     params = {k: str(v) for k, v in extra.items() if k in LIBPQ_EXTRA and v is not None}
-    if params:
-        url += "?" + urlencode(sorted(params.items()))
-    ignored = sorted(set(extra) - LIBPQ_EXTRA)
+    database = quote(conn.schema, safe="")
+    if "," in conn.host:  # several servers, libpq's way: host "a,b", their ports in extra "port" ("5432,5433")
+        hosts = [_bracketed(h.strip()) for h in conn.host.split(",")]
+        ports = [p.strip() for p in str(extra.get("port", port)).split(",")]
+        if len(ports) == 1:
+            ports *= len(hosts)
+        if len(ports) != len(hosts) or not all(p.isdigit() for p in ports):
+            raise ConfigError(f"connection {conn_id}.extra", "\"port\" must list one port per host")
+        pairs = [("host", f"{h}:{p}") for h, p in zip(hosts, ports, strict=True)] + sorted(params.items())
+        url = f"postgresql+psycopg2://{user}{'@' if user else ''}/{database}?{urlencode(pairs, safe=':[]')}"
+    else:
+        url = f"postgresql+psycopg2://{user}{'@' if user else ''}{_bracketed(conn.host)}:{port}/{database}"
+        if params:
+            url += "?" + urlencode(sorted(params.items()))
+    ignored = sorted(set(extra) - LIBPQ_EXTRA - {"port"})
     notes = [f"{conn_id}: extra keys not used by eosbatch: {', '.join(ignored)}"] if ignored else []
     return Converted({config.DATABASE_URL: url}, notes)
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def kafka_env(conn: ConnectionLike, conn_id: str = KAFKA_CONN_ID) -> Converted:
@@ -126,6 +140,14 @@ def postgres_connection(database_url: str) -> dict[str, Any]:
     """EOSBATCH_DATABASE_URL as an Airflow connection (the `airflow connections import` JSON shape)."""
     parts = urlsplit(config.to_libpq_url(database_url))
     query = dict(parse_qsl(parts.query))
+    servers = config.database_hosts(database_url)
+    if len(servers) > 1:  # libpq's way, as the postgres provider passes it on: host "a,b", extra port "p,q"
+        query["port"] = ",".join(str(port or 5432) for _, port in servers)
+        return {"conn_type": "postgres", "host": ",".join(host for host, _ in servers),
+                "port": servers[0][1] or 5432,
+                "login": unquote(parts.username) if parts.username else None,
+                "password": unquote(parts.password) if parts.password else None,
+                "schema": unquote(parts.path.lstrip("/")) or None, "extra": json.dumps(query)}
     return {"conn_type": "postgres", "host": parts.hostname, "port": parts.port or 5432,
             "login": unquote(parts.username) if parts.username else None,
             "password": unquote(parts.password) if parts.password else None,

@@ -17,3 +17,13 @@ class InvalidRange(ProtocolError):
 class SourceChanged(ProtocolError):
     """A source topic changed under the pipeline (recreated, retention past the next offset, a log that went
     back): nothing was planned; the message names topic, partition and offsets, and the reset that goes on."""
+
+
+class LedgerBehindOutput(ProtocolError):
+    """The regular lane's marker group is past everything the ledger holds (eosbatch.protocol.lost): the ledger's
+    database lost batches Kafka published. Nothing was planned; `ranges` are the lost ones; the message names them
+    and the way out (`eosbatch adopt-published`)."""
+
+    def __init__(self, message: str, ranges: list) -> None:  # type: ignore[type-arg]
+        super().__init__(message)
+        self.ranges = ranges

@@ -1,7 +1,9 @@
 """The embedded local stack: a real Kafka broker, a real PostgreSQL cluster, a Spark Connect server (the
 long-lived engine) and the Spark Kafka connector jars; on request (`--spark-cluster`, EOSBATCH_SPARK_CLUSTER=1)
 also a Spark standalone cluster (a master and two workers) with a second Connect server whose master it is, and
-(`--schema-registry`, EOSBATCH_SCHEMA_REGISTRY=1) a Confluent-compatible Schema Registry (Apicurio Registry).
+(`--schema-registry`, EOSBATCH_SCHEMA_REGISTRY=1) a Confluent-compatible Schema Registry (Apicurio Registry),
+and (`--postgres-replica`, EOSBATCH_POSTGRES_REPLICA=sync|async) a streaming replica of PostgreSQL on the next
+port, the exported URL then naming both servers (eosbatch.stack.replica).
 
 All state lives under one folder (`EOSBATCH_HOME`, default `.eosbatch/` in the checkout).
 """
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from eosbatch import config
-from eosbatch.stack import maven
+from eosbatch.stack import maven, replica
 from eosbatch.stack.exceptions import StackError
 from eosbatch.stack.kafka import KafkaBroker
 from eosbatch.stack.postgres import PostgresCluster, find_bindir
@@ -24,11 +26,12 @@ from eosbatch.stack.spark_connect import SparkConnectServer
 from eosbatch.stack.versions import KAFKA_VERSION, PYSPARK_VERSION, SPARK_AVRO, SPARK_KAFKA_CONNECTOR
 
 __all__ = ["StackError", "StackInfo", "up", "down", "status", "env", "home", "connector_jars", "cluster_up",
-           "cluster_down", "cluster_wanted"]
+           "cluster_down", "cluster_wanted", "postgres_servers", "replica_wanted"]
 
 SPARK_CLUSTER = "EOSBATCH_SPARK_CLUSTER"  # 1: `up` also starts the cluster, and the exports point at it
 SCHEMA_REGISTRY = "EOSBATCH_SCHEMA_REGISTRY"  # 1: `up` also starts the schema registry, and exports its URL
 SCHEMA_REGISTRY_URL = "EOSBATCH_SCHEMA_REGISTRY_URL"  # the export: its Confluent-compatible API's base URL
+POSTGRES_REPLICA = "EOSBATCH_POSTGRES_REPLICA"  # sync (or 1) / async: `up` also starts a streaming replica
 
 
 class StackInfo(NamedTuple):
@@ -48,6 +51,9 @@ class StackInfo(NamedTuple):
     spark_connect_supervisor_pid: int | None = None  # what restarts the Connect server when it dies
     schema_registry_url: str = ""  # "": not wanted and not running
     schema_registry_pid: int | None = None
+    postgres_replica_pid: int | None = None
+    postgres_roles: tuple[tuple[int, str], ...] = ()  # (port, primary|replica|stopped), with a replica only
+    postgres_replica_mode: str = ""  # sync or async (the primary's synchronous_standby_names), with a replica
 
     def env(self) -> dict[str, str]:
         remote = self.spark_cluster_remote if self.on_cluster else self.spark_remote
@@ -76,6 +82,76 @@ def _parts(root: Path) -> tuple[KafkaBroker, PostgresCluster, SparkConnectServer
     return (KafkaBroker(root, _port("EOSBATCH_KAFKA_PORT", 19092)),
             PostgresCluster(root, _port("EOSBATCH_POSTGRES_PORT", 15432)),
             SparkConnectServer(root, _port("EOSBATCH_SPARK_CONNECT_PORT", 15002)))
+
+
+def postgres_servers(root: Path | None = None) -> tuple[PostgresCluster, PostgresCluster]:
+    """The stack's PostgreSQL server (home/postgres, EOSBATCH_POSTGRES_PORT) and its replica's
+    (home/postgres-replica, the next port). Which one is the primary is what `replica.role` answers: after
+    a failover it is the replica's."""
+    port = _port("EOSBATCH_POSTGRES_PORT", 15432)
+    root = root or home()
+    return PostgresCluster(root, port), PostgresCluster(root, port + 1, folder="postgres-replica")
+
+
+def replica_wanted() -> str:
+    """EOSBATCH_POSTGRES_REPLICA: "" (none), "sync" (1, sync) or "async"."""
+    raw = os.environ.get(POSTGRES_REPLICA, "").strip().lower()
+    if raw in ("", "0", "false", "no"):
+        return ""
+    if raw in ("1", "true", "yes", "sync"):
+        return "sync"
+    if raw == "async":
+        return "async"
+    raise config.ConfigError(POSTGRES_REPLICA, f"must be sync (or 1), async or 0, got {raw!r}")
+
+
+def replica_up(mode: str = "sync", log=print) -> str:  # type: ignore[no-untyped-def]
+    """Start the replica (made by pg_basebackup from the primary the first time, or when its folder holds no
+    server), and make the primary wait for it (`mode` sync) or not (async); the multi-host URL."""
+    if mode not in replica.MODES:
+        raise config.ConfigError(POSTGRES_REPLICA, f"must be one of {', '.join(replica.MODES)}, got {mode!r}")
+    first, second = postgres_servers()
+    bindir = find_bindir()
+    if bindir is None:
+        raise StackError("postgres: not installed; run `eosbatch stack up` first")
+    started = time.monotonic()
+    primary, standby = (second, first) if replica.role(second) == "primary" else (first, second)
+    if replica.role(primary) != "primary":
+        raise StackError(f"postgres: no primary answers on port {first.port} or {second.port}")
+    if standby.pid() is None:
+        if (standby.data / "PG_VERSION").exists() and (standby.data / "standby.signal").exists():
+            standby.start(bindir)
+            replica.wait_streaming(primary)
+        else:
+            replica.make_replica(primary, standby, bindir)
+    replica.set_synchronous(primary, mode == "sync")
+    log(f"postgres-replica: {mode} replica on 127.0.0.1:{standby.port} of the primary on {primary.port} "
+        f"({time.monotonic() - started:.1f}s)")
+    return replica.multi_host_url([first.port, second.port])
+
+
+def _no_waiting_for_a_stopped_replica(log=print) -> None:  # type: ignore[no-untyped-def]
+    """A primary left synchronous (ALTER SYSTEM outlives restarts) whose replica is not running would make
+    every COMMIT wait forever: asynchronous then, said in the log."""
+    first, second = postgres_servers()
+    for primary, standby in ((first, second), (second, first)):
+        if (replica.role(primary) == "primary" and standby.pid() is None and replica.synchronous(primary)):
+            replica.set_synchronous(primary, False)
+            log(f"postgres: the replica is not running; the primary on {primary.port} no longer waits for it")
+
+
+def replica_down(log=print) -> bool:  # type: ignore[no-untyped-def]
+    """Stop whichever server is the replica (the primary keeps running, and stops waiting for it)."""
+    first, second = postgres_servers()
+    bindir = find_bindir()
+    for primary, standby in ((first, second), (second, first)):
+        if replica.role(standby) == "replica":
+            if replica.role(primary) == "primary":
+                replica.set_synchronous(primary, False)
+            standby.stop(bindir)
+            log("postgres-replica: stopped")
+            return True
+    return False
 
 
 def cluster_wanted() -> bool:
@@ -167,10 +243,13 @@ def _artifact(file_name: str) -> str:
 
 
 def up(log=print, spark_cluster: bool | None = None,  # type: ignore[no-untyped-def]
-       schema_registry: bool | None = None) -> StackInfo:
+       schema_registry: bool | None = None, postgres_replica: str | None = None) -> StackInfo:
     """Install what is missing, start what is stopped, and return once every service is usable; with
     `spark_cluster` (None: EOSBATCH_SPARK_CLUSTER decides) the cluster too, and the exports point at it; with
-    `schema_registry` (None: EOSBATCH_SCHEMA_REGISTRY decides) the schema registry too, and its URL is exported."""
+    `schema_registry` (None: EOSBATCH_SCHEMA_REGISTRY decides) the schema registry too, and its URL is exported;
+    with `postgres_replica` "sync" or "async" (None: EOSBATCH_POSTGRES_REPLICA decides; "": none) a streaming
+    replica of PostgreSQL too, and the exported URL names both servers."""
+    with_replica = replica_wanted() if postgres_replica is None else postgres_replica
     on_cluster = cluster_wanted() if spark_cluster is None else spark_cluster
     with_registry = registry_wanted() if schema_registry is None else schema_registry
     root = home()
@@ -184,6 +263,10 @@ def up(log=print, spark_cluster: bool | None = None,  # type: ignore[no-untyped-
     kafka.start(jars)
     connect.start(connector_jars(root))  # starts alongside the broker: both take a JVM's start
     postgres.wait_ready()
+    if with_replica:
+        replica_up(with_replica, log)
+    else:
+        _no_waiting_for_a_stopped_replica(log)
     kafka.wait_ready()
     log(f"kafka: ready on {kafka.bootstrap} ({time.monotonic() - started:.1f}s)")
     connect.wait_ready()
@@ -196,7 +279,7 @@ def up(log=print, spark_cluster: bool | None = None,  # type: ignore[no-untyped-
         cluster_up(log)
     if with_registry:
         registry_up(log)
-    return status(on_cluster, with_registry)
+    return status(on_cluster, with_registry, bool(with_replica))
 
 
 def cluster_up(log=print) -> ClusterStatus:  # type: ignore[no-untyped-def]
@@ -232,13 +315,19 @@ def down(log=print) -> None:  # type: ignore[no-untyped-def]
     kafka, postgres, connect = _parts(home())
     log("spark-connect: stopped" if connect.stop() else "spark-connect: was not running")
     log("kafka: stopped" if kafka.stop() else "kafka: was not running")
+    standby = postgres_servers()[1]
+    if standby.stop(find_bindir()):  # a replica waits for the primary's shutdown checkpoint; harmless either way
+        log("postgres-replica: stopped")
     log("postgres: stopped" if postgres.stop(find_bindir()) else "postgres: was not running")
 
 
-def status(on_cluster: bool | None = None, schema_registry: bool | None = None) -> StackInfo:
+def status(on_cluster: bool | None = None, schema_registry: bool | None = None,
+           postgres_replica: bool | None = None) -> StackInfo:
     """What runs; `on_cluster` (None: EOSBATCH_SPARK_CLUSTER decides): whether the exports (env()) point at
     the cluster's Connect server instead of the local one; the schema registry's URL is there when it is wanted
-    (`schema_registry`, None: EOSBATCH_SCHEMA_REGISTRY decides) or runs."""
+    (`schema_registry`, None: EOSBATCH_SCHEMA_REGISTRY decides) or runs; the database URL names both PostgreSQL
+    servers when a replica is wanted (`postgres_replica`, None: EOSBATCH_POSTGRES_REPLICA decides) or its
+    folder holds a server (it was made once), and the roles say which one is the primary."""
     root = home()
     on_cluster = cluster_wanted() if on_cluster is None else on_cluster
     registry = registry_server(root)
@@ -251,11 +340,20 @@ def status(on_cluster: bool | None = None, schema_registry: bool | None = None) 
     versions = {"kafka": KAFKA_VERSION, "pyspark": PYSPARK_VERSION,
                 "postgres": postgres.version(bindir) if bindir else "not installed",
                 "schema-registry": APICURIO_REGISTRY_VERSION}
-    return StackInfo(root, postgres.url, kafka.bootstrap, kafka.pid(), postgres.pid(), versions, connect.url,
+    first, second = postgres_servers(root)
+    with_replica = bool(replica_wanted()) if postgres_replica is None else postgres_replica
+    paired = with_replica or second.pid() is not None
+    url = replica.multi_host_url([first.port, second.port]) if paired else postgres.url
+    roles = tuple((server.port, replica.role(server)) for server in (first, second)) if paired else ()
+    primary = next((server for server, (_, found) in zip((first, second), roles, strict=False)
+                    if found == "primary"), None)
+    mode = ("sync" if replica.synchronous(primary) else "async") if primary is not None else ""
+    return StackInfo(root, url, kafka.bootstrap, kafka.pid(), postgres.pid(), versions, connect.url,
                      connect.pid(), tuple(str(j) for j in resolved_connector_jars(root)),
                      found if on_cluster or found.running or cluster_connect.pid() else None, cluster_connect.url,
                      cluster_connect.pid(), on_cluster, connect.supervisor_pid(),
-                     registry.url if with_registry or registry_pid else "", registry_pid)
+                     registry.url if with_registry or registry_pid else "", registry_pid,
+                     second.pid() if paired else None, roles, mode)
 
 
 def resolved_connector_jars(root: Path) -> list[Path]:

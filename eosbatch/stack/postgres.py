@@ -16,6 +16,7 @@ from eosbatch.stack.exceptions import StackError, StackNotReady
 
 DATABASE = "eosbatch"
 USER = "eosbatch"
+STANDBY_MARK = "is-replica"  # beside a replica's data folder: start never initdbs it
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
@@ -49,10 +50,11 @@ def _traversable_by(user: str, path: Path) -> bool:
     return probe.returncode == 0
 
 
-def _cluster_home(home: Path) -> Path:
-    """`home/postgres`, unless the `postgres` user (which runs the server when we are root) cannot reach
-    it, as inside a private temp folder: then a folder of its own under /var/lib/eosbatch, one per home."""
-    wanted = home / "postgres"
+def _cluster_home(home: Path, folder: str = "postgres") -> Path:
+    """`home/<folder>` (`postgres`; the replica's `postgres-replica`), unless the `postgres` user (which runs
+    the server when we are root) cannot reach it, as inside a private temp folder: then a folder of its own
+    under /var/lib/eosbatch, one per home."""
+    wanted = home / folder
     if os.geteuid() != 0:
         return wanted
     existing = wanted
@@ -61,7 +63,7 @@ def _cluster_home(home: Path) -> Path:
     if _traversable_by("postgres", existing):
         return wanted
     digest = hashlib.sha1(str(home).encode()).hexdigest()[:12]
-    fallback = Path("/var/lib/eosbatch") / digest / "postgres"
+    fallback = Path("/var/lib/eosbatch") / digest / folder
     fallback.parent.mkdir(parents=True, exist_ok=True)
     fallback.parent.parent.chmod(0o755)
     fallback.parent.chmod(0o755)
@@ -69,8 +71,12 @@ def _cluster_home(home: Path) -> Path:
 
 
 class PostgresCluster:
-    def __init__(self, home: Path, port: int) -> None:
-        self.home = _cluster_home(home)
+    """One PostgreSQL server of the stack: the primary (`home/postgres`), or a streaming replica
+    (`home/postgres-replica`, see eosbatch.stack.replica) that `start` never initdbs: it is made by
+    pg_basebackup from the primary."""
+
+    def __init__(self, home: Path, port: int, folder: str = "postgres") -> None:
+        self.home = _cluster_home(home, folder)
         self.port = port
         self.log = self.home / "postgres.log"
         self.data = self.home / "data"
@@ -100,6 +106,8 @@ class PostgresCluster:
         if os.geteuid() == 0:
             shutil.chown(self.home, "postgres")
         if not (self.data / "PG_VERSION").exists():
+            if (self.home / STANDBY_MARK).exists():
+                raise StackError(f"postgres: {self.data} holds no server; a replica is made by pg_basebackup")
             shutil.rmtree(self.data, ignore_errors=True)
             self._run([str(bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", USER, "-E", "UTF8",
                        "--no-sync"], "initdb")
@@ -193,14 +201,34 @@ class PostgresCluster:
             connection.close()
         return f"postgresql+psycopg2://{role}@127.0.0.1:{self.port}/{database}"
 
-    def stop(self, bindir: Path | None) -> bool:
-        if self.pid() is None:
+    def stop(self, bindir: Path | None, mode: str = "fast") -> bool:
+        """`pg_ctl stop -m <mode>`: "fast" (a clean shutdown), or "immediate" (every process ends at once,
+        no checkpoint: a crash, as the server sees it). False when it was not running."""
+        pid = self.pid()
+        if pid is None:
             return False
         if bindir is not None:
-            subprocess.run(self._as_owner([str(bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w",
-                                           "stop"]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           check=False)
+            subprocess.run(self._as_owner([str(bindir / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w",
+                                           "-t", "60", "stop"]), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, check=False)
+            processes.wait_dead(pid, 60.0, f"postgres on port {self.port}")
         return True
+
+    def in_recovery(self) -> bool | None:
+        """True on a standby, False on a primary, None when it does not answer."""
+        import psycopg2
+
+        try:
+            connection = psycopg2.connect(host="127.0.0.1", port=self.port, user=USER, dbname="postgres",
+                                          connect_timeout=3)
+        except psycopg2.OperationalError:
+            return None
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_is_in_recovery()")
+                return bool(cursor.fetchone()[0])
+        finally:
+            connection.close()
 
     def version(self, bindir: Path) -> str:
         out = subprocess.run([str(bindir / "postgres"), "--version"], capture_output=True, text=True, check=False)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from eosbatch.pids import alive
 
-__all__ = ["alive", "read_pid", "spawn", "stop", "supervisor_pid_file", "tail"]
+__all__ = ["alive", "read_pid", "spawn", "stop", "supervisor_pid_file", "tail", "wait_dead"]
 
 
 def read_pid(pid_file: Path) -> int | None:
@@ -52,6 +52,17 @@ def stop(pid_file: Path, timeout: float = 30.0) -> bool:
         os.kill(pid, signal.SIGKILL)
     pid_file.unlink(missing_ok=True)
     return True
+
+
+def wait_dead(pid: int, timeout: float, what: str) -> None:
+    """Return once `pid` is gone; StackError naming `what` after `timeout`."""
+    from eosbatch.stack.exceptions import StackError
+
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            raise StackError(f"{what}: process {pid} still running after {timeout:.0f}s")
+        time.sleep(0.05)
 
 
 def tail(log: Path, lines: int = 15) -> str:

@@ -9,6 +9,7 @@ from eosbatch import lease as leases
 from eosbatch.context import Context
 from eosbatch.kafka import offsets
 from eosbatch.ledger import lanes, positions, store
+from eosbatch.lost_output import check_not_behind
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol import ranges as plan_ranges
 from eosbatch.protocol import sources
@@ -64,6 +65,8 @@ def _plan(ctx: Context, owner: str | None, epoch: int | None) -> store.Batch | N
     settings, pipeline, log = ctx.settings, ctx.pipeline, ctx.log
     # first: a committed batch that cannot publish says so on the batch
     continuing = epoch is not None
+    # Before recovery can publish anything (init_transactions): a ledger behind the output stops here, terminal.
+    check_not_behind(settings, pipeline)
     if epoch is None:
         epoch = recover(ctx, owner=owner)
     check_output_topic(settings, pipeline)

@@ -171,8 +171,12 @@ class Services:
         self.bindir = find_bindir()
 
     def embedded(self, database_url: str, bootstrap: str) -> bool:
-        """True when the settings point at this stack (not at servers we must not crash)."""
-        return (database_url == self.postgres.url and bootstrap == self.kafka.bootstrap
+        """True when the settings point at this stack (not at servers we must not crash): its PostgreSQL's URL, or
+        the URL naming it and its replica (`stack up --postgres-replica`)."""
+        from eosbatch.stack.replica import multi_host_url
+
+        ours = (self.postgres.url, multi_host_url([self.postgres.port, self.postgres.port + 1]))
+        return (database_url in ours and bootstrap == self.kafka.bootstrap
                 and self.postgres.pid() is not None and self.kafka.pid() is not None and self.bindir is not None)
 
     def crash_postgres(self) -> None:
