@@ -112,13 +112,23 @@ def history_available() -> bool:
 
 
 def judge(scenario: Scenario, count: Count) -> Verdict:
+    """Every judge's anomalies; a judge that could not judge says so as one (the soak cannot pass then)."""
     verdict = Verdict()
     verdict.judges["independent count"] = count_anomalies(count)
-    if history_available():
+
+    def history() -> list[str]:
         from tests.soak.history import history_anomalies
 
-        verdict.judges["history checker"], verdict.aborted_attempts = history_anomalies(scenario)
-    verdict.judges["Scenario.assert_exactly_once"] = scenario_anomalies(scenario)
-    verdict.judges["eosbatch verify"] = verify_anomalies(scenario)
+        found, verdict.aborted_attempts = history_anomalies(scenario)
+        return found
+
+    judges = {"history checker": history} if history_available() else {}
+    judges.update({"Scenario.assert_exactly_once": lambda: scenario_anomalies(scenario),
+                   "eosbatch verify": lambda: verify_anomalies(scenario)})
+    for name, run in judges.items():
+        try:
+            verdict.judges[name] = run()
+        except Exception as exc:  # noqa: BLE001 - reported as the judge's failure, the others still judge
+            verdict.judges[name] = [f"could not judge: {type(exc).__name__}: {str(exc)[:500]}"]
     return verdict
 
