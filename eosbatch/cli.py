@@ -10,7 +10,7 @@ import os
 import shlex
 import sys
 
-from eosbatch import cli_dead_letters, cli_parser, cli_status, commands, confirm
+from eosbatch import cli_dead_letters, cli_parser, cli_stack, cli_status, commands, confirm
 from eosbatch.cli_parser import EXIT_FENCED, EXIT_TERMINAL, EXIT_TRANSIENT, EXIT_USAGE, EXIT_VIOLATION
 from eosbatch.exceptions import ConfigError, EosbatchError, Fenced, TerminalError
 
@@ -198,11 +198,13 @@ def _stack(args: argparse.Namespace) -> None:
     if args.action == "up":
         # Progress on stderr: stdout carries only the exports, for `eval "$(eosbatch stack up)"`.
         info = commands.stack_up(log=_to_stderr, spark_cluster=args.spark_cluster,
-                                  schema_registry=args.schema_registry)
+                                  schema_registry=args.schema_registry, kafka_brokers=args.kafka_brokers)
         for key, value in info.env().items():
             print(f"export {key}={shlex.quote(value)}")
     elif args.action == "down":
         commands.stack_down()
+    elif args.action == "broker":
+        cli_stack.broker(args)
     elif args.action == "env":
         for key, value in commands.stack_env(args.spark_cluster, args.schema_registry).items():
             print(f"export {key}={shlex.quote(value)}")
@@ -213,6 +215,7 @@ def _stack(args: argparse.Namespace) -> None:
         print(f"home:     {info.home}")
         print(f"kafka:    {info.kafka_bootstrap} pid={info.kafka_pid or 'stopped'} "
               f"version={info.versions['kafka']}")
+        cli_stack.print_kafka_nodes(info)
         print(f"postgres: {info.database_url} pid={info.postgres_pid or 'stopped'} "
               f"version={info.versions['postgres']}")
         print(f"spark:    {info.spark_remote} pid={info.spark_connect_pid or 'stopped'} "
@@ -228,7 +231,8 @@ def _stack(args: argparse.Namespace) -> None:
 def _stack_json(info: commands.StackInfo) -> dict:  # type: ignore[type-arg]
     cluster = info.spark_cluster
     return {"home": str(info.home),
-            "kafka": {"bootstrap": info.kafka_bootstrap, "pid": info.kafka_pid, "version": info.versions["kafka"]},
+            "kafka": {"bootstrap": info.kafka_bootstrap, "pid": info.kafka_pid, "version": info.versions["kafka"],
+                      **cli_stack.kafka_json(info)},
             "postgres": {"url": info.database_url, "pid": info.postgres_pid, "version": info.versions["postgres"]},
             "spark": {"remote": info.spark_remote, "pid": info.spark_connect_pid,
                       "supervisor_pid": info.spark_connect_supervisor_pid, "pyspark": info.versions["pyspark"]},

@@ -1,4 +1,5 @@
-"""The embedded local stack: a real Kafka broker, a real PostgreSQL cluster, a Spark Connect server (the
+"""The embedded local stack: a real Kafka broker (or a cluster of three: `--kafka-brokers 3`,
+EOSBATCH_KAFKA_BROKERS=3, eosbatch.stack.kafka_cluster), a real PostgreSQL cluster, a Spark Connect server (the
 long-lived engine) and the Spark Kafka connector jars; on request (`--spark-cluster`, EOSBATCH_SPARK_CLUSTER=1)
 also a Spark standalone cluster (a master and two workers) with a second Connect server whose master it is, and
 (`--schema-registry`, EOSBATCH_SCHEMA_REGISTRY=1) a Confluent-compatible Schema Registry (Apicurio Registry).
@@ -16,7 +17,12 @@ from typing import NamedTuple
 from eosbatch import config
 from eosbatch.stack import maven
 from eosbatch.stack.exceptions import StackError
-from eosbatch.stack.kafka import KafkaBroker
+from eosbatch.stack.kafka_cluster import (
+    KafkaCluster,
+    formatted_nodes,
+    partition_leaders,
+    transaction_coordinator,
+)
 from eosbatch.stack.postgres import PostgresCluster, find_bindir
 from eosbatch.stack.schema_registry import APICURIO_REGISTRY_VERSION, SchemaRegistryServer
 from eosbatch.stack.spark_cluster import ClusterStatus, SparkCluster
@@ -24,11 +30,26 @@ from eosbatch.stack.spark_connect import SparkConnectServer
 from eosbatch.stack.versions import KAFKA_VERSION, PYSPARK_VERSION, SPARK_AVRO, SPARK_KAFKA_CONNECTOR
 
 __all__ = ["StackError", "StackInfo", "up", "down", "status", "env", "home", "connector_jars", "cluster_up",
-           "cluster_down", "cluster_wanted"]
+           "cluster_down", "cluster_wanted", "kafka_of", "kafka_brokers", "broker_stop", "broker_start", "kafka_roles",
+           "KafkaNode", "KafkaRoles"]
 
 SPARK_CLUSTER = "EOSBATCH_SPARK_CLUSTER"  # 1: `up` also starts the cluster, and the exports point at it
 SCHEMA_REGISTRY = "EOSBATCH_SCHEMA_REGISTRY"  # 1: `up` also starts the schema registry, and exports its URL
 SCHEMA_REGISTRY_URL = "EOSBATCH_SCHEMA_REGISTRY_URL"  # the export: its Confluent-compatible API's base URL
+KAFKA_BROKERS = "EOSBATCH_KAFKA_BROKERS"  # how many Kafka nodes `up` starts (default 1)
+
+
+class KafkaNode(NamedTuple):
+    node_id: int
+    bootstrap: str
+    pid: int | None
+
+
+class KafkaRoles(NamedTuple):
+    """Who does what in the Kafka cluster now: the node leading each partition, the node coordinating each
+    transactional id (None: no leader, or not known yet)."""
+    leaders: dict[tuple[str, int], int | None]
+    coordinators: dict[str, int | None]
 
 
 class StackInfo(NamedTuple):
@@ -48,6 +69,7 @@ class StackInfo(NamedTuple):
     spark_connect_supervisor_pid: int | None = None  # what restarts the Connect server when it dies
     schema_registry_url: str = ""  # "": not wanted and not running
     schema_registry_pid: int | None = None
+    kafka_nodes: tuple[KafkaNode, ...] = ()  # every node of the Kafka cluster (one on the default stack)
 
     def env(self) -> dict[str, str]:
         remote = self.spark_cluster_remote if self.on_cluster else self.spark_remote
@@ -72,10 +94,60 @@ def _port(name: str, default: int) -> int:
     return int(raw)
 
 
-def _parts(root: Path) -> tuple[KafkaBroker, PostgresCluster, SparkConnectServer]:
-    return (KafkaBroker(root, _port("EOSBATCH_KAFKA_PORT", 19092)),
-            PostgresCluster(root, _port("EOSBATCH_POSTGRES_PORT", 15432)),
+def _parts(root: Path, brokers: int | None = None) -> tuple[KafkaCluster, PostgresCluster, SparkConnectServer]:
+    return (kafka_of(root, brokers), PostgresCluster(root, _port("EOSBATCH_POSTGRES_PORT", 15432)),
             SparkConnectServer(root, _port("EOSBATCH_SPARK_CONNECT_PORT", 15002)))
+
+
+def kafka_brokers(root: Path | None = None, wanted: int | None = None) -> int:
+    """How many Kafka nodes: `wanted`, else EOSBATCH_KAFKA_BROKERS, else as many as the storage was
+    formatted for, else 1."""
+    if wanted is not None:
+        found = wanted
+    elif os.environ.get(KAFKA_BROKERS, "").strip():
+        raw = os.environ[KAFKA_BROKERS].strip()
+        if not raw.isdigit():
+            raise config.ConfigError(KAFKA_BROKERS, f"must be a number of brokers (1 or 3), got {raw!r}")
+        found = int(raw)
+    else:
+        found = formatted_nodes(root or home()) or 1
+    if not 1 <= found <= 9:
+        raise config.ConfigError(KAFKA_BROKERS, f"must be between 1 and 9 (3 for a replicated cluster), got {found}")
+    return found
+
+
+def kafka_of(root: Path | None = None, brokers: int | None = None) -> KafkaCluster:
+    """The stack's Kafka (kafka_brokers() nodes when `brokers` is None), node 1 on EOSBATCH_KAFKA_PORT."""
+    root = root or home()
+    return KafkaCluster(root, _port("EOSBATCH_KAFKA_PORT", 19092), kafka_brokers(root, brokers))
+
+
+def broker_stop(node_id: int, log=print) -> bool:  # type: ignore[no-untyped-def]
+    """Stop one node of the stack's Kafka (SIGTERM: a controlled shutdown); True when it was running."""
+    stopped = kafka_of().stop_node(node_id)
+    log(f"kafka: node {node_id} {'stopped' if stopped else 'was not running'}")
+    return stopped
+
+
+def broker_start(node_id: int, log=print) -> None:  # type: ignore[no-untyped-def]
+    """Start one stopped node of the stack's Kafka; return once it is registered again and no partition
+    lacks an in-sync replica (its followers caught up)."""
+    root = home()
+    cluster = kafka_of(root)
+    started = time.monotonic()
+    cluster.start_node(node_id, cluster.install(root / "cache"))
+    cluster.wait_registered([node_id])
+    cluster.wait_in_sync()
+    log(f"kafka: node {node_id} running on {cluster.node(node_id).bootstrap}, in sync "
+        f"({time.monotonic() - started:.1f}s)")
+
+
+def kafka_roles(topics: list[str], transactional_ids: list[str], bootstrap: str | None = None) -> KafkaRoles:
+    """The node leading each partition of `topics` and coordinating each of `transactional_ids`, on the
+    stack's Kafka (or the one at `bootstrap`)."""
+    where = bootstrap or kafka_of().bootstrap
+    return KafkaRoles(partition_leaders(where, topics),
+                      {tid: transaction_coordinator(where, tid) for tid in transactional_ids})
 
 
 def cluster_wanted() -> bool:
@@ -167,15 +239,17 @@ def _artifact(file_name: str) -> str:
 
 
 def up(log=print, spark_cluster: bool | None = None,  # type: ignore[no-untyped-def]
-       schema_registry: bool | None = None) -> StackInfo:
-    """Install what is missing, start what is stopped, and return once every service is usable; with
+       schema_registry: bool | None = None, kafka_brokers: int | None = None) -> StackInfo:
+    """Install what is missing, start what is stopped, and return once every service is usable; Kafka with
+    `kafka_brokers` nodes (None: EOSBATCH_KAFKA_BROKERS, else as formatted before, else 1); with
     `spark_cluster` (None: EOSBATCH_SPARK_CLUSTER decides) the cluster too, and the exports point at it; with
     `schema_registry` (None: EOSBATCH_SCHEMA_REGISTRY decides) the schema registry too, and its URL is exported."""
     on_cluster = cluster_wanted() if spark_cluster is None else spark_cluster
     with_registry = registry_wanted() if schema_registry is None else schema_registry
     root = home()
     root.mkdir(parents=True, exist_ok=True)
-    kafka, postgres, connect = _parts(root)
+    kafka, postgres, connect = _parts(root, kafka_brokers)
+    kafka.check_shape()  # before anything starts
     started = time.monotonic()
     bindir = postgres.install()
     postgres.start(bindir)
@@ -185,7 +259,8 @@ def up(log=print, spark_cluster: bool | None = None,  # type: ignore[no-untyped-
     connect.start(connector_jars(root))  # starts alongside the broker: both take a JVM's start
     postgres.wait_ready()
     kafka.wait_ready()
-    log(f"kafka: ready on {kafka.bootstrap} ({time.monotonic() - started:.1f}s)")
+    nodes = f" ({kafka.brokers} nodes)" if kafka.brokers > 1 else ""
+    log(f"kafka: ready on {kafka.bootstrap}{nodes} ({time.monotonic() - started:.1f}s)")
     connect.wait_ready()
     log(f"spark-connect: ready on {connect.url} ({time.monotonic() - started:.1f}s)")
     if connect.supervisor_pid() is None:
@@ -196,7 +271,7 @@ def up(log=print, spark_cluster: bool | None = None,  # type: ignore[no-untyped-
         cluster_up(log)
     if with_registry:
         registry_up(log)
-    return status(on_cluster, with_registry)
+    return status(on_cluster, with_registry, kafka.brokers)
 
 
 def cluster_up(log=print) -> ClusterStatus:  # type: ignore[no-untyped-def]
@@ -231,11 +306,13 @@ def down(log=print) -> None:  # type: ignore[no-untyped-def]
     registry_down(log)
     kafka, postgres, connect = _parts(home())
     log("spark-connect: stopped" if connect.stop() else "spark-connect: was not running")
-    log("kafka: stopped" if kafka.stop() else "kafka: was not running")
+    nodes = f" ({kafka.brokers} nodes)" if kafka.brokers > 1 else ""
+    log(f"kafka: stopped{nodes}" if kafka.stop() else "kafka: was not running")
     log("postgres: stopped" if postgres.stop(find_bindir()) else "postgres: was not running")
 
 
-def status(on_cluster: bool | None = None, schema_registry: bool | None = None) -> StackInfo:
+def status(on_cluster: bool | None = None, schema_registry: bool | None = None,
+           kafka_brokers: int | None = None) -> StackInfo:
     """What runs; `on_cluster` (None: EOSBATCH_SPARK_CLUSTER decides): whether the exports (env()) point at
     the cluster's Connect server instead of the local one; the schema registry's URL is there when it is wanted
     (`schema_registry`, None: EOSBATCH_SCHEMA_REGISTRY decides) or runs."""
@@ -244,7 +321,7 @@ def status(on_cluster: bool | None = None, schema_registry: bool | None = None) 
     registry = registry_server(root)
     registry_pid = registry.pid()
     with_registry = registry_wanted() if schema_registry is None else schema_registry
-    kafka, postgres, connect = _parts(root)
+    kafka, postgres, connect = _parts(root, kafka_brokers)
     cluster, cluster_connect = _cluster_parts(root)
     found = cluster.status()
     bindir = find_bindir()
@@ -255,7 +332,8 @@ def status(on_cluster: bool | None = None, schema_registry: bool | None = None) 
                      connect.pid(), tuple(str(j) for j in resolved_connector_jars(root)),
                      found if on_cluster or found.running or cluster_connect.pid() else None, cluster_connect.url,
                      cluster_connect.pid(), on_cluster, connect.supervisor_pid(),
-                     registry.url if with_registry or registry_pid else "", registry_pid)
+                     registry.url if with_registry or registry_pid else "", registry_pid,
+                     tuple(KafkaNode(node.node_id, node.bootstrap, node.pid()) for node in kafka.nodes))
 
 
 def resolved_connector_jars(root: Path) -> list[Path]:
