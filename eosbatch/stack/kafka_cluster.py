@@ -17,6 +17,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from eosbatch.stack import processes
@@ -124,8 +125,12 @@ class KafkaCluster:
         return self.node(node_id).stop()
 
     def stop(self) -> bool:
-        """Stop every node (the last first: node 1 answers until the end); True when one was running."""
-        return any([node.stop() for node in reversed(self.nodes)])
+        """Stop every node, all at once: one after another, the last ones would wait for a controller quorum
+        that is gone (until SIGKILL); True when one was running."""
+        if self.brokers == 1:
+            return self.nodes[0].stop()
+        with ThreadPoolExecutor(self.brokers) as pool:
+            return any(list(pool.map(KafkaBroker.stop, self.nodes)))
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """One node: as the single node always was. Several: every node registered with the controllers and a
@@ -187,24 +192,20 @@ def under_replicated(bootstrap: str) -> list[tuple[str, int]]:
 
 
 def partition_leaders(bootstrap: str, topics: Iterable[str]) -> dict[tuple[str, int], int | None]:
-    """The node leading each partition of `topics`, as the cluster's metadata says now (describe_topics);
-    None for a partition without a leader. A topic that does not exist is left out."""
-    from confluent_kafka import KafkaError, KafkaException, TopicCollection
+    """The node leading each partition of `topics`, as the cluster's metadata says now (a Metadata request,
+    which any node answers: describe_topics would wait for the node named as controller, which may be the one
+    just lost); None for a partition without a leader. A topic that does not exist is left out."""
+    from confluent_kafka import KafkaException
 
-    leaders: dict[tuple[str, int], int | None] = {}
-    names = sorted(set(topics))
+    names = set(topics)
     if not names:
-        return leaders
-    for name, future in _admin(bootstrap).describe_topics(TopicCollection(names), request_timeout=10).items():
-        try:
-            described = future.result(timeout=15)
-        except KafkaException as exc:
-            if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                continue
-            raise StackError(f"kafka: describing topic {name!r}: {exc.args[0].str()}") from None
-        for partition in described.partitions:
-            leaders[(name, partition.id)] = None if partition.leader is None else partition.leader.id
-    return leaders
+        return {}
+    try:
+        metadata = _admin(bootstrap).list_topics(timeout=10)
+    except KafkaException as exc:
+        raise StackError(f"kafka: no metadata from {bootstrap}: {exc.args[0].str()}") from None
+    return {(name, p.id): (p.leader if p.leader >= 0 else None) for name, topic in metadata.topics.items()
+            if name in names and topic.error is None for p in topic.partitions.values()}
 
 
 def transaction_coordinator(bootstrap: str, transactional_id: str) -> int | None:
@@ -212,28 +213,41 @@ def transaction_coordinator(bootstrap: str, transactional_id: str) -> int | None
     leader of the id's partition of the transaction state log), asked of the first node of `bootstrap` that
     answers within a second or two (a paused node does not); None while no node answers or none coordinates
     it (COORDINATOR_NOT_AVAILABLE: the partition has no leader, or the log does not exist yet)."""
+    return _coordinator(bootstrap, transactional_id, TRANSACTION_KEY)
+
+
+def group_coordinator(bootstrap: str, group: str) -> int | None:
+    """The node coordinating consumer group `group` (where a transaction's marker offsets are committed): the
+    leader of the group's partition of __consumer_offsets, as transaction_coordinator asks it."""
+    return _coordinator(bootstrap, group, GROUP_KEY)
+
+
+def _coordinator(bootstrap: str, key: str, key_type: int) -> int | None:
     for server in bootstrap.split(","):
         host, _, port = server.strip().rpartition(":")
         try:
-            return find_coordinator(host, int(port), transactional_id)
+            return find_coordinator(host, int(port), key, key_type)
         except OSError:
             continue
     return None
 
 
-_FIND_COORDINATOR, _VERSION, _TRANSACTION_KEY = 10, 1, 1  # FindCoordinator v1 (Kafka 0.11 to 4.x), key type 1
+_FIND_COORDINATOR, _VERSION = 10, 1  # FindCoordinator v1: Kafka 0.11 to 4.x
+GROUP_KEY, TRANSACTION_KEY = 0, 1
 
 
-def find_coordinator(host: str, port: int, transactional_id: str, timeout: float = 2.0) -> int | None:
-    """One FindCoordinator request (v1: a plain key, no tagged fields) to the node at host:port; the node id
-    it names, or None with an error code (COORDINATOR_NOT_AVAILABLE). OSError when it does not answer.
-    confluent-kafka's AdminClient has no call for it (nor DescribeTransactions)."""
+def find_coordinator(host: str, port: int, key: str, key_type: int = TRANSACTION_KEY,
+                     timeout: float = 2.0) -> int | None:
+    """One FindCoordinator request (v1: a plain key, no tagged fields) to the node at host:port for a
+    transactional id or (GROUP_KEY) a consumer group; the node id it names, or None with an error code
+    (COORDINATOR_NOT_AVAILABLE). OSError when it does not answer in `timeout` seconds. confluent-kafka's
+    AdminClient has no call for it (nor DescribeTransactions)."""
     def string(text: str) -> bytes:
         raw = text.encode()
         return struct.pack(">h", len(raw)) + raw
 
     request = (struct.pack(">hhi", _FIND_COORDINATOR, _VERSION, 1) + string("eosbatch-stack")
-               + string(transactional_id) + struct.pack(">b", _TRANSACTION_KEY))
+               + string(key) + struct.pack(">b", key_type))
     with socket.create_connection((host, port), timeout=timeout) as connection:
         connection.sendall(struct.pack(">i", len(request)) + request)
         answer = _read(connection, struct.unpack(">i", _read(connection, 4))[0])
