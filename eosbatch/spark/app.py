@@ -147,11 +147,16 @@ def _counted(parsed: Any, nonce: str) -> tuple[Any, Any]:
 
 def _tally(observed: Any, parsed: Any, batch_id: int, log: Any) -> _Tally:
     """The records read and the malformed ones: the observation's counts if every task's counts were merged
-    once, else a count of their own (an action, whose result Spark merges once per partition)."""
-    if int(observed["tasks"]) == int(observed["partitions"]):
+    once, else a count of their own (an action, whose result Spark merges once per partition). A batch whose
+    ranges hold no committed record (only an aborted transaction's and markers) reports no observation at all
+    on Spark Connect: its count of its own says 0."""
+    if "tasks" not in observed:
+        log(f"batch {batch_id}: no observed counts (no record was read); counting the records")
+    elif int(observed["tasks"]) == int(observed["partitions"]):
         return _Tally(int(observed["records"]), int(observed["malformed"]), int(observed["tombstones"]))
-    log(f"batch {batch_id}: {observed['tasks']} tasks read records in {observed['partitions']} partitions "
-        "(a task ran again after its executor was lost); counting the records once more")
+    else:
+        log(f"batch {batch_id}: {observed['tasks']} tasks read records in {observed['partitions']} partitions "
+            "(a task ran again after its executor was lost); counting the records once more")
     [exact] = parsed.agg(*_record_counts()).collect()
     return _Tally(int(exact["records"]), int(exact["malformed"]), int(exact["tombstones"]))
 
