@@ -170,7 +170,7 @@ def test_rolling_restart_while_batches_run(on_cluster, cluster, unique, runners)
     runners keep planning, processing, committing and publishing small batches. A run that fails meanwhile
     (a transient error, exit 3: an admin request that waited for a node going down) is run again, as Airflow
     retries a task."""
-    scenario = scenario_on(on_cluster, unique, records=1800, batch=120)
+    scenario = scenario_on(on_cluster, unique, records=RECORDS, batch=100)  # ~7 batches: as many as a restart lasts
     restarted: list = []
     failure: list[BaseException] = []
 
