@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from eosbatch.stack import processes
 from eosbatch.stack.exceptions import StackError, StackNotReady
@@ -299,5 +300,6 @@ def _admin(bootstrap: str):  # type: ignore[no-untyped-def]
     from eosbatch.stack.kafka import _silent
 
     if bootstrap not in _admins:
-        _admins[bootstrap] = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "logger": _silent})
+        settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "log_level": 0, "logger": _silent}
+        _admins[bootstrap] = AdminClient(settings)
     return _admins[bootstrap]
