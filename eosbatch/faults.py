@@ -37,7 +37,7 @@ POINTS = (
     "commit.before_commit",       # the commit transaction is built but COMMIT is never sent
     "commit.after_commit",        # COMMIT reached PostgreSQL, the runner dies before it hears back
     "publish.mid_produce",        # inside the Kafka transaction, records produced, not committed
-    "publish.before_kafka_commit", # marker offsets sent, commit_transaction() not called yet
+    "publish.before_end_txn",     # the marker sent to the transaction, commit_transaction (EndTxn) not yet
     "publish.after_kafka_commit", # Kafka committed, ledger not finalized
 )
 

@@ -203,7 +203,7 @@ class TransactionalPublisher:
         try:
             if send_marker is not None:
                 send_marker()
-            faults.point("publish.before_kafka_commit")
+            faults.point("publish.before_end_txn")
             producer.commit_transaction(TIMEOUT)
         except KafkaException as exc:
             error: KafkaError = exc.args[0]

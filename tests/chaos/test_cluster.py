@@ -116,8 +116,8 @@ def test_transaction_coordinator_killed_during_commit_transaction(on_cluster, cl
     coordinator is SIGKILLed: the commit's outcome is decided by the node that takes over its partition of the
     transaction state log (from the PrepareCommit it replicated, or the EndTxn retried to it)."""
     scenario = scenario_on(on_cluster, unique)
-    runner = runners.start(scenario, fault="publish.before_kafka_commit:stop")
-    frozen = runner.stopped_at("publish.before_kafka_commit")
+    runner = runners.start(scenario, fault="publish.before_end_txn:stop")
+    frozen = runner.stopped_at("publish.before_end_txn")
     tid = lane_transactional_id(scenario)
     coordinator = cluster.coordinator_of(tid)  # read right before the fault
     assert coordinator is not None
@@ -129,7 +129,7 @@ def test_transaction_coordinator_killed_during_commit_transaction(on_cluster, cl
     cluster.kill(coordinator)
     moved = cluster.wait_coordinator_moved(tid, away_from=coordinator)
     finished_or_retried(scenario, runner)  # the commit goes on at the new coordinator
-    assert runner.fired_points() == ["publish.before_kafka_commit"] and moved != coordinator
+    assert runner.fired_points() == ["publish.before_end_txn"] and moved != coordinator
     assert scenario.states() == ["published"]
     cluster.start(coordinator)
     end_exactly_once(scenario)
