@@ -10,7 +10,7 @@ import os
 import shlex
 import sys
 
-from eosbatch import cli_dead_letters, cli_parser, cli_status, commands, confirm
+from eosbatch import cli_dead_letters, cli_parser, cli_stack, cli_status, commands, confirm
 from eosbatch.cli_parser import EXIT_FENCED, EXIT_TERMINAL, EXIT_TRANSIENT, EXIT_USAGE, EXIT_VIOLATION
 from eosbatch.exceptions import ConfigError, EosbatchError, Fenced, TerminalError
 
@@ -32,18 +32,6 @@ def _airflow(action: str) -> None:
         for name, pid in info.pids.items():
             print(f"{name + ':':<15} pid={pid or 'stopped'}")
         print(f"health: {json.dumps(info.health) if info.health else 'no answer'}")
-
-
-def _print_cluster(info: commands.StackInfo) -> None:
-    cluster = info.spark_cluster
-    assert cluster is not None
-    alive = "no answer" if cluster.alive_workers is None else f"{cluster.alive_workers}/{len(cluster.worker_pids)}"
-    print(f"cluster:  {cluster.master_url} pid={cluster.master_pid or 'stopped'} ui={cluster.web_ui} "
-          f"workers alive={alive}")
-    for i, pid in enumerate(cluster.worker_pids, start=1):
-        print(f"  worker-{i}: pid={pid or 'stopped'}")
-    print(f"  connect:  {info.spark_cluster_remote} pid={info.spark_cluster_connect_pid or 'stopped'} "
-          f"(Spark Connect, master {cluster.master_url})")
 
 
 def _print_ranges(report: list) -> None:  # type: ignore[type-arg]
@@ -80,7 +68,7 @@ def _command(args: argparse.Namespace) -> int:
     as_json = getattr(args, "json", False)
     log = _to_stderr if as_json else print  # with --json, stdout holds the one JSON document only
     if args.command == "stack":
-        _stack(args)
+        cli_stack.stack(args)
     elif args.command == "db":
         return _db(args)
     elif args.command == "run":
@@ -194,61 +182,6 @@ def _produce(args: argparse.Namespace) -> int:
                                     args.transactional_id)
     except OSError as exc:
         raise ConfigError("FILE", f"cannot read {args.file}: {exc.strerror}") from None
-
-
-def _stack(args: argparse.Namespace) -> None:
-    if args.action == "up":
-        # Progress on stderr: stdout carries only the exports, for `eval "$(eosbatch stack up)"`.
-        info = commands.stack_up(log=_to_stderr, spark_cluster=args.spark_cluster,
-                                  schema_registry=args.schema_registry, postgres_replica=args.postgres_replica)
-        for key, value in info.env().items():
-            print(f"export {key}={shlex.quote(value)}")
-    elif args.action == "down":
-        commands.stack_down()
-    elif args.action == "env":
-        replica = None if args.postgres_replica is None else True
-        for key, value in commands.stack_env(args.spark_cluster, args.schema_registry, replica).items():
-            print(f"export {key}={shlex.quote(value)}")
-    elif args.json:
-        _print_json(_stack_json(commands.stack_status(args.spark_cluster, args.schema_registry,
-                                                      None if args.postgres_replica is None else True)))
-    else:
-        info = commands.stack_status(args.spark_cluster, args.schema_registry,
-                                     None if args.postgres_replica is None else True)
-        print(f"home:     {info.home}")
-        print(f"kafka:    {info.kafka_bootstrap} pid={info.kafka_pid or 'stopped'} "
-              f"version={info.versions['kafka']}")
-        print(f"postgres: {info.database_url} pid={info.postgres_pid or 'stopped'} "
-              f"version={info.versions['postgres']}")
-        if info.postgres_roles:
-            print(f"          {', '.join(f'127.0.0.1:{port} {role}' for port, role in info.postgres_roles)} "
-                  f"({info.postgres_replica_mode or '?'} replication)")
-        print(f"spark:    {info.spark_remote} pid={info.spark_connect_pid or 'stopped'} "
-              f"supervisor={info.spark_connect_supervisor_pid or 'none'} "
-              f"(Spark Connect, pyspark {info.versions['pyspark']})")
-        if info.spark_cluster is not None:
-            _print_cluster(info)
-        if info.schema_registry_url:
-            print(f"registry: {info.schema_registry_url} pid={info.schema_registry_pid or 'stopped'} "
-                  f"(Apicurio Registry {info.versions['schema-registry']}, Confluent-compatible API)")
-
-
-def _stack_json(info: commands.StackInfo) -> dict:  # type: ignore[type-arg]
-    cluster = info.spark_cluster
-    return {"home": str(info.home),
-            "kafka": {"bootstrap": info.kafka_bootstrap, "pid": info.kafka_pid, "version": info.versions["kafka"]},
-            "postgres": {"url": info.database_url, "pid": info.postgres_pid, "version": info.versions["postgres"],
-                         "replica_pid": info.postgres_replica_pid, "replication": info.postgres_replica_mode or None,
-                         "roles": {str(port): role for port, role in info.postgres_roles}},
-            "spark": {"remote": info.spark_remote, "pid": info.spark_connect_pid,
-                      "supervisor_pid": info.spark_connect_supervisor_pid, "pyspark": info.versions["pyspark"]},
-            "spark_cluster": None if cluster is None else {
-                "master_url": cluster.master_url, "master_pid": cluster.master_pid, "web_ui": cluster.web_ui,
-                "worker_pids": list(cluster.worker_pids), "alive_workers": cluster.alive_workers,
-                "connect_remote": info.spark_cluster_remote, "connect_pid": info.spark_cluster_connect_pid},
-            "schema_registry": None if not info.schema_registry_url else {
-                "url": info.schema_registry_url, "pid": info.schema_registry_pid,
-                "version": info.versions["schema-registry"]}}
 
 
 def _db(args: argparse.Namespace) -> int:

@@ -184,10 +184,23 @@ def _stack(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up = actions.add_parser("up", help="start it (idempotent); prints the exports",
                             description="Start the stack (idempotent). Progress on stderr, the exports on stdout: "
                                         'eval "$(eosbatch stack up)".')
-    actions.add_parser("down", help="stop it", description="Stop the stack.")
+    up.add_argument("--kafka-brokers", type=int, default=None, metavar="N",
+                    help="Kafka nodes (KRaft, each a broker and a controller): 3 for a replicated cluster, node i "
+                         "on EOSBATCH_KAFKA_PORT + 3(i-1) (default: EOSBATCH_KAFKA_BROKERS, else as started "
+                         "before, else 1)")
+    actions.add_parser("down", help="stop it", description="Stop the stack (every Kafka node).")
+    broker = actions.add_parser("broker", help="stop or start one node of the Kafka cluster",
+                                description="Stop (SIGTERM: a controlled shutdown, its leaderships move) or start "
+                                            "one node of the stack's Kafka; start returns once the node is "
+                                            "registered again and no partition lacks an in-sync replica.")
+    broker.add_argument("broker_action", choices=["stop", "start"], metavar="stop|start")
+    broker.add_argument("node", type=int, metavar="NODE", help="the node id, 1 to the number of brokers")
     env = actions.add_parser("env", help="print its exports", description="Print the stack's exports.")
     status = actions.add_parser("status", help="its processes, addresses and versions",
-                                description="The stack's processes, addresses and versions.")
+                                description="The stack's processes, addresses and versions; with several Kafka "
+                                            "nodes, also which node leads each partition of the registered "
+                                            "pipelines' topics (EOSBATCH_PIPELINES) and coordinates each lane's "
+                                            "transactional id.")
     _json(status)
     for action in (up, env, status):
         action.add_argument("--spark-cluster", action=argparse.BooleanOptionalAction, default=None,
@@ -235,7 +248,9 @@ def _user_tools(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                                             "with other partitions it is an error naming both counts.")
     create.add_argument("name")
     create.add_argument("--partitions", type=int, default=1, metavar="N", help="default: 1")
-    create.add_argument("--replication-factor", type=int, default=1, metavar="R", help="default: 1")
+    create.add_argument("--replication-factor", type=int, default=None, metavar="R",
+                        help="default: the broker's default.replication.factor (1 on the one-node stack, 3 on the "
+                             "three-node one, whose min.insync.replicas is 2)")
     produce = sub.add_parser("produce", help="produce a file of JSON lines into a topic, in Kafka transactions",
                              description="Produce JSON lines (one JSON object a line, the line is the value) into "
                                          "a topic, a Kafka transaction per --per-transaction lines. Every line is "

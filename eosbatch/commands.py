@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from eosbatch import backfill as history
 from eosbatch import config, overview, preflight, registry, running, steps, telemetry
@@ -34,10 +34,11 @@ def context(pipeline: str, log: Log = print) -> Context:
 # The development stack is imported by its commands only: `run`, the DAG tasks and the rest never load it.
 
 def stack_up(log: Log = print, spark_cluster: bool | None = None,
-             schema_registry: bool | None = None, postgres_replica: str | None = None) -> StackInfo:
+             schema_registry: bool | None = None, postgres_replica: str | None = None,
+             kafka_brokers: int | None = None) -> StackInfo:
     from eosbatch import stack
 
-    return stack.up(log, spark_cluster, schema_registry, postgres_replica)
+    return stack.up(log, spark_cluster, schema_registry, postgres_replica, kafka_brokers)
 
 
 def stack_env(spark_cluster: bool | None = None, schema_registry: bool | None = None,
@@ -58,6 +59,38 @@ def stack_status(spark_cluster: bool | None = None, schema_registry: bool | None
     from eosbatch import stack
 
     return stack.status(spark_cluster, schema_registry, postgres_replica)
+
+
+def stack_broker(action: str, node_id: int, log: Log = print) -> None:
+    """`stack broker stop|start N`: one node of the stack's Kafka cluster."""
+    from eosbatch import stack
+
+    if action == "stop":
+        stack.broker_stop(node_id, log)
+    else:
+        stack.broker_start(node_id, log)
+
+
+class PipelineRoles(NamedTuple):
+    pipeline: str
+    leaders: dict[tuple[str, int], int | None]  # (topic, partition) of its source and output topics: the leader
+    coordinators: dict[str, tuple[str, int | None]]  # lane: its transactional id and the node coordinating it
+
+
+def stack_kafka_roles(bootstrap: str) -> list[PipelineRoles]:
+    """For each registered pipeline (EOSBATCH_PIPELINES), which node of the Kafka at `bootstrap` leads each
+    partition of its topics and coordinates each lane's transactional id."""
+    from eosbatch import stack
+    from eosbatch.steps.shared import lane_transactional_id
+
+    found = []
+    for name, pipeline in sorted(registry.load().items()):
+        topics = [*pipeline.source.topics, *([pipeline.output.topic] if pipeline.output is not None else [])]
+        lanes_ids = {lane: lane_transactional_id(pipeline, lane) for lane in ("regular", "backfill")}
+        roles = stack.kafka_roles(topics, list(lanes_ids.values()), bootstrap)
+        found.append(PipelineRoles(name, roles.leaders,
+                                   {lane: (tid, roles.coordinators[tid]) for lane, tid in lanes_ids.items()}))
+    return found
 
 
 def airflow_up(log: Log = print) -> Any:
@@ -116,11 +149,12 @@ def db_psql(command: str | None = None, file: str | None = None) -> tuple[list[s
     return connection.psql_command(config.load(), command, file)
 
 
-def topic_create(name: str, partitions: int = 1, replication_factor: int = 1) -> topics.CreatedTopic:
-    """Create a topic on the broker the settings name (EOSBATCH_KAFKA_BOOTSTRAP); the same topic existing is
-    fine, one with other partitions an error naming both counts."""
+def topic_create(name: str, partitions: int = 1, replication_factor: int | None = None) -> topics.CreatedTopic:
+    """Create a topic on the broker the settings name (EOSBATCH_KAFKA_BOOTSTRAP), with `replication_factor`
+    replicas (None: the broker's default); the same topic existing is fine, one with other partitions an error
+    naming both counts."""
     for option, value in (("--partitions", partitions), ("--replication-factor", replication_factor)):
-        if value < 1:
+        if value is not None and value < 1:
             raise ConfigError(option, f"must be at least 1, got {value}")
     return topics.create(config.load(), name, partitions, replication_factor)
 

@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec, TopicDescription
 from eosbatch.config import Settings
 from eosbatch.kafka import clients
 from eosbatch.kafka.errors import to_eosbatch
-from eosbatch.kafka.exceptions import TopicChanging, TopicMissing
+from eosbatch.kafka.exceptions import KafkaUnavailable, TopicChanging, TopicMissing
 from eosbatch.protocol.ranges import PartitionBounds, TopicPartition
 
 TIMEOUT = 30.0
@@ -144,6 +144,9 @@ def max_record_bytes(settings: Settings, topic: str) -> int:
     except KafkaException as exc:
         raise to_eosbatch(exc, f"reading topic {topic!r}'s max.message.bytes", settings.kafka_bootstrap,
                           needs=f"DESCRIBE_CONFIGS on Topic {topic}") from exc
+    except TimeoutError:  # no answer at all (a broker lost mid-request): transient, not a raw TimeoutError
+        raise KafkaUnavailable(f"kafka at {settings.kafka_bootstrap}: reading topic {topic!r}'s "
+                               f"max.message.bytes: no answer within {TIMEOUT:g} s") from None
     topic_max = int(entries["max.message.bytes"].value)
     producer_max = int(settings.kafka_config.get("message.max.bytes", _PRODUCER_DEFAULT_MAX))
     return min(topic_max, producer_max) - RECORD_OVERHEAD

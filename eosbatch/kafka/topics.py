@@ -24,6 +24,7 @@ from eosbatch.kafka.errors import describe, error_of, to_eosbatch
 from eosbatch.kafka.exceptions import TopicExists, TopicMissing
 
 TIMEOUT = 30.0
+BROKER_DEFAULT = -1  # a replication factor of -1 asks for the broker's default.replication.factor (KIP-464)
 # The broker refused the request itself: asking again the same way is refused again (the option to change).
 REFUSED = {KafkaError.INVALID_REPLICATION_FACTOR: "--replication-factor",
            KafkaError.INVALID_PARTITIONS: "--partitions", KafkaError.TOPIC_EXCEPTION: "NAME",
@@ -36,11 +37,14 @@ class CreatedTopic(NamedTuple):
     created: bool  # False: it existed already, with these partitions
 
 
-def create(settings: Settings, name: str, partitions: int = 1, replication_factor: int = 1) -> CreatedTopic:
-    """Create `name` with `partitions`. A topic of that name with the same partitions is fine (created=False);
-    with other partitions it is TopicExists, naming both counts."""
+def create(settings: Settings, name: str, partitions: int = 1, replication_factor: int | None = None) -> CreatedTopic:
+    """Create `name` with `partitions` and `replication_factor` replicas (None: the broker's
+    default.replication.factor, so the same call makes one replica on a one-node broker and three on the
+    embedded three-node cluster, whose min.insync.replicas is then the broker's too). A topic of that name with
+    the same partitions is fine (created=False); with other partitions it is TopicExists, naming both counts."""
     client = clients.admin(settings)
-    future = client.create_topics([NewTopic(name, partitions, replication_factor)],
+    future = client.create_topics([NewTopic(name, partitions, BROKER_DEFAULT if replication_factor is None
+                                            else replication_factor)],
                                   request_timeout=TIMEOUT)[name]
     try:
         future.result(timeout=TIMEOUT + 5)

@@ -7,7 +7,7 @@ number of records read from one is at most end - start, never exactly.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from eosbatch.protocol.exceptions import InvalidRange
@@ -184,3 +184,17 @@ def validate_request(ranges: Iterable[OffsetRange], bounds: Mapping[TopicPartiti
             if other.tp == r.tp and other.start < r.end and r.start < other.end:
                 raise InvalidRange(f"{r}: overlaps {other} in the same request")
         seen.append(r)
+
+
+def summarize(ranges: Sequence[OffsetRange], shown: int = 6) -> str:
+    """The ranges for a log line: each of them when there are at most `shown`, else their count, partitions and
+    offsets per topic, with the first few (a 1,000-partition plan is one short line, not 30 KB)."""
+    if len(ranges) <= shown:
+        return ", ".join(map(str, ranges))
+    by_topic: dict[str, list[OffsetRange]] = {}
+    for offset_range in ranges:
+        by_topic.setdefault(offset_range.topic, []).append(offset_range)
+    topics = "; ".join(f"{topic}: {len({r.partition for r in found})} partitions, {sum(r.size for r in found)} "
+                       f"offsets" for topic, found in sorted(by_topic.items()))
+    first = ", ".join(map(str, ranges[:3]))
+    return f"{len(ranges)} ranges ({topics}), from {first}, …"

@@ -1,4 +1,5 @@
-"""The embedded local stack: a real Kafka broker, a real PostgreSQL cluster, a Spark Connect server (the
+"""The embedded local stack: a real Kafka broker (or a cluster of three: `--kafka-brokers 3`,
+EOSBATCH_KAFKA_BROKERS=3, eosbatch.stack.kafka_cluster), a real PostgreSQL cluster, a Spark Connect server (the
 long-lived engine) and the Spark Kafka connector jars; on request (`--spark-cluster`, EOSBATCH_SPARK_CLUSTER=1)
 also a Spark standalone cluster (a master and two workers) with a second Connect server whose master it is, and
 (`--schema-registry`, EOSBATCH_SCHEMA_REGISTRY=1) a Confluent-compatible Schema Registry (Apicurio Registry),
@@ -10,7 +11,6 @@ All state lives under one folder (`EOSBATCH_HOME`, default `.eosbatch/` in the c
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -18,20 +18,42 @@ from typing import NamedTuple
 from eosbatch import config
 from eosbatch.stack import maven, replica
 from eosbatch.stack.exceptions import StackError
-from eosbatch.stack.kafka import KafkaBroker
+from eosbatch.stack.kafka_cluster import KafkaCluster
+from eosbatch.stack.kafka_nodes import (
+    KAFKA_BROKERS,
+    KafkaNode,
+    KafkaRoles,
+    broker_start,
+    broker_stop,
+    kafka_brokers,
+    kafka_of,
+    kafka_roles,
+)
+from eosbatch.stack.places import flag as _flag
+from eosbatch.stack.places import home
+from eosbatch.stack.places import port as _port
 from eosbatch.stack.postgres import PostgresCluster, find_bindir
+from eosbatch.stack.replica_pair import (
+    POSTGRES_REPLICA,
+    no_waiting_for_a_stopped_replica,
+    postgres_servers,
+    replica_down,
+    replica_up,
+    replica_wanted,
+)
 from eosbatch.stack.schema_registry import APICURIO_REGISTRY_VERSION, SchemaRegistryServer
 from eosbatch.stack.spark_cluster import ClusterStatus, SparkCluster
 from eosbatch.stack.spark_connect import SparkConnectServer
 from eosbatch.stack.versions import KAFKA_VERSION, PYSPARK_VERSION, SPARK_AVRO, SPARK_KAFKA_CONNECTOR
 
 __all__ = ["StackError", "StackInfo", "up", "down", "status", "env", "home", "connector_jars", "cluster_up",
-           "cluster_down", "cluster_wanted", "postgres_servers", "replica_wanted"]
+           "cluster_down", "cluster_wanted", "postgres_servers", "replica_wanted", "replica_up", "replica_down",
+           "kafka_of", "kafka_brokers", "broker_stop", "broker_start", "kafka_roles", "KafkaNode", "KafkaRoles",
+           "KAFKA_BROKERS", "POSTGRES_REPLICA"]
 
 SPARK_CLUSTER = "EOSBATCH_SPARK_CLUSTER"  # 1: `up` also starts the cluster, and the exports point at it
 SCHEMA_REGISTRY = "EOSBATCH_SCHEMA_REGISTRY"  # 1: `up` also starts the schema registry, and exports its URL
 SCHEMA_REGISTRY_URL = "EOSBATCH_SCHEMA_REGISTRY_URL"  # the export: its Confluent-compatible API's base URL
-POSTGRES_REPLICA = "EOSBATCH_POSTGRES_REPLICA"  # sync (or 1) / async: `up` also starts a streaming replica
 
 
 class StackInfo(NamedTuple):
@@ -54,6 +76,7 @@ class StackInfo(NamedTuple):
     postgres_replica_pid: int | None = None
     postgres_roles: tuple[tuple[int, str], ...] = ()  # (port, primary|replica|stopped), with a replica only
     postgres_replica_mode: str = ""  # sync or async (the primary's synchronous_standby_names), with a replica
+    kafka_nodes: tuple[KafkaNode, ...] = ()  # every node of the Kafka cluster (one on the default stack)
 
     def env(self) -> dict[str, str]:
         remote = self.spark_cluster_remote if self.on_cluster else self.spark_remote
@@ -64,94 +87,9 @@ class StackInfo(NamedTuple):
         return exports
 
 
-def home() -> Path:
-    explicit = os.environ.get("EOSBATCH_HOME")  # the stack's state, logs and caches; unset: .eosbatch in the checkout
-    if explicit:
-        return Path(explicit).resolve()
-    return Path(__file__).resolve().parents[2] / ".eosbatch"
-
-
-def _port(name: str, default: int) -> int:
-    raw = os.environ.get(name, str(default))
-    if not raw.isdigit() or not 1024 <= int(raw) <= 65534:
-        raise config.ConfigError(name, f"must be a port number between 1024 and 65534, got {raw!r}")
-    return int(raw)
-
-
-def _parts(root: Path) -> tuple[KafkaBroker, PostgresCluster, SparkConnectServer]:
-    return (KafkaBroker(root, _port("EOSBATCH_KAFKA_PORT", 19092)),
-            PostgresCluster(root, _port("EOSBATCH_POSTGRES_PORT", 15432)),
+def _parts(root: Path, brokers: int | None = None) -> tuple[KafkaCluster, PostgresCluster, SparkConnectServer]:
+    return (kafka_of(root, brokers), PostgresCluster(root, _port("EOSBATCH_POSTGRES_PORT", 15432)),
             SparkConnectServer(root, _port("EOSBATCH_SPARK_CONNECT_PORT", 15002)))
-
-
-def postgres_servers(root: Path | None = None) -> tuple[PostgresCluster, PostgresCluster]:
-    """The stack's PostgreSQL server (home/postgres, EOSBATCH_POSTGRES_PORT) and its replica's
-    (home/postgres-replica, the next port). Which one is the primary is what `replica.role` answers: after
-    a failover it is the replica's."""
-    port = _port("EOSBATCH_POSTGRES_PORT", 15432)
-    root = root or home()
-    return PostgresCluster(root, port), PostgresCluster(root, port + 1, folder="postgres-replica")
-
-
-def replica_wanted() -> str:
-    """EOSBATCH_POSTGRES_REPLICA: "" (none), "sync" (1, sync) or "async"."""
-    raw = os.environ.get(POSTGRES_REPLICA, "").strip().lower()
-    if raw in ("", "0", "false", "no"):
-        return ""
-    if raw in ("1", "true", "yes", "sync"):
-        return "sync"
-    if raw == "async":
-        return "async"
-    raise config.ConfigError(POSTGRES_REPLICA, f"must be sync (or 1), async or 0, got {raw!r}")
-
-
-def replica_up(mode: str = "sync", log=print) -> str:  # type: ignore[no-untyped-def]
-    """Start the replica (made by pg_basebackup from the primary the first time, or when its folder holds no
-    server), and make the primary wait for it (`mode` sync) or not (async); the multi-host URL."""
-    if mode not in replica.MODES:
-        raise config.ConfigError(POSTGRES_REPLICA, f"must be one of {', '.join(replica.MODES)}, got {mode!r}")
-    first, second = postgres_servers()
-    bindir = find_bindir()
-    if bindir is None:
-        raise StackError("postgres: not installed; run `eosbatch stack up` first")
-    started = time.monotonic()
-    primary, standby = (second, first) if replica.role(second) == "primary" else (first, second)
-    if replica.role(primary) != "primary":
-        raise StackError(f"postgres: no primary answers on port {first.port} or {second.port}")
-    if standby.pid() is None:
-        if (standby.data / "PG_VERSION").exists() and (standby.data / "standby.signal").exists():
-            standby.start(bindir)
-            replica.wait_streaming(primary)
-        else:
-            replica.make_replica(primary, standby, bindir)
-    replica.set_synchronous(primary, mode == "sync")
-    log(f"postgres-replica: {mode} replica on 127.0.0.1:{standby.port} of the primary on {primary.port} "
-        f"({time.monotonic() - started:.1f}s)")
-    return replica.multi_host_url([first.port, second.port])
-
-
-def _no_waiting_for_a_stopped_replica(log=print) -> None:  # type: ignore[no-untyped-def]
-    """A primary left synchronous (ALTER SYSTEM outlives restarts) whose replica is not running would make
-    every COMMIT wait forever: asynchronous then, said in the log."""
-    first, second = postgres_servers()
-    for primary, standby in ((first, second), (second, first)):
-        if (replica.role(primary) == "primary" and standby.pid() is None and replica.synchronous(primary)):
-            replica.set_synchronous(primary, False)
-            log(f"postgres: the replica is not running; the primary on {primary.port} no longer waits for it")
-
-
-def replica_down(log=print) -> bool:  # type: ignore[no-untyped-def]
-    """Stop whichever server is the replica (the primary keeps running, and stops waiting for it)."""
-    first, second = postgres_servers()
-    bindir = find_bindir()
-    for primary, standby in ((first, second), (second, first)):
-        if replica.role(standby) == "replica":
-            if replica.role(primary) == "primary":
-                replica.set_synchronous(primary, False)
-            standby.stop(bindir)
-            log("postgres-replica: stopped")
-            return True
-    return False
 
 
 def cluster_wanted() -> bool:
@@ -160,15 +98,6 @@ def cluster_wanted() -> bool:
 
 def registry_wanted() -> bool:
     return _flag(SCHEMA_REGISTRY)
-
-
-def _flag(name: str) -> bool:
-    raw = os.environ.get(name, "").strip().lower()
-    if raw in ("", "0", "false", "no"):
-        return False
-    if raw in ("1", "true", "yes"):
-        return True
-    raise config.ConfigError(name, f"must be 1 or 0, got {raw!r}")
 
 
 def registry_server(root: Path | None = None) -> SchemaRegistryServer:
@@ -243,8 +172,10 @@ def _artifact(file_name: str) -> str:
 
 
 def up(log=print, spark_cluster: bool | None = None,  # type: ignore[no-untyped-def]
-       schema_registry: bool | None = None, postgres_replica: str | None = None) -> StackInfo:
-    """Install what is missing, start what is stopped, and return once every service is usable; with
+       schema_registry: bool | None = None, postgres_replica: str | None = None,
+       kafka_brokers: int | None = None) -> StackInfo:
+    """Install what is missing, start what is stopped, and return once every service is usable; Kafka with
+    `kafka_brokers` nodes (None: EOSBATCH_KAFKA_BROKERS, else as formatted before, else 1); with
     `spark_cluster` (None: EOSBATCH_SPARK_CLUSTER decides) the cluster too, and the exports point at it; with
     `schema_registry` (None: EOSBATCH_SCHEMA_REGISTRY decides) the schema registry too, and its URL is exported;
     with `postgres_replica` "sync" or "async" (None: EOSBATCH_POSTGRES_REPLICA decides; "": none) a streaming
@@ -254,7 +185,8 @@ def up(log=print, spark_cluster: bool | None = None,  # type: ignore[no-untyped-
     with_registry = registry_wanted() if schema_registry is None else schema_registry
     root = home()
     root.mkdir(parents=True, exist_ok=True)
-    kafka, postgres, connect = _parts(root)
+    kafka, postgres, connect = _parts(root, kafka_brokers)
+    kafka.check_shape()  # before anything starts
     started = time.monotonic()
     bindir = postgres.install()
     postgres.start(bindir)
@@ -266,9 +198,10 @@ def up(log=print, spark_cluster: bool | None = None,  # type: ignore[no-untyped-
     if with_replica:
         replica_up(with_replica, log)
     else:
-        _no_waiting_for_a_stopped_replica(log)
+        no_waiting_for_a_stopped_replica(log)
     kafka.wait_ready()
-    log(f"kafka: ready on {kafka.bootstrap} ({time.monotonic() - started:.1f}s)")
+    nodes = f" ({kafka.brokers} nodes)" if kafka.brokers > 1 else ""
+    log(f"kafka: ready on {kafka.bootstrap}{nodes} ({time.monotonic() - started:.1f}s)")
     connect.wait_ready()
     log(f"spark-connect: ready on {connect.url} ({time.monotonic() - started:.1f}s)")
     if connect.supervisor_pid() is None:
@@ -279,7 +212,7 @@ def up(log=print, spark_cluster: bool | None = None,  # type: ignore[no-untyped-
         cluster_up(log)
     if with_registry:
         registry_up(log)
-    return status(on_cluster, with_registry, bool(with_replica))
+    return status(on_cluster, with_registry, bool(with_replica), kafka.brokers)
 
 
 def cluster_up(log=print) -> ClusterStatus:  # type: ignore[no-untyped-def]
@@ -314,7 +247,8 @@ def down(log=print) -> None:  # type: ignore[no-untyped-def]
     registry_down(log)
     kafka, postgres, connect = _parts(home())
     log("spark-connect: stopped" if connect.stop() else "spark-connect: was not running")
-    log("kafka: stopped" if kafka.stop() else "kafka: was not running")
+    nodes = f" ({kafka.brokers} nodes)" if kafka.brokers > 1 else ""
+    log(f"kafka: stopped{nodes}" if kafka.stop() else "kafka: was not running")
     standby = postgres_servers()[1]
     if standby.stop(find_bindir()):  # a replica waits for the primary's shutdown checkpoint; harmless either way
         log("postgres-replica: stopped")
@@ -322,7 +256,7 @@ def down(log=print) -> None:  # type: ignore[no-untyped-def]
 
 
 def status(on_cluster: bool | None = None, schema_registry: bool | None = None,
-           postgres_replica: bool | None = None) -> StackInfo:
+           postgres_replica: bool | None = None, kafka_brokers: int | None = None) -> StackInfo:
     """What runs; `on_cluster` (None: EOSBATCH_SPARK_CLUSTER decides): whether the exports (env()) point at
     the cluster's Connect server instead of the local one; the schema registry's URL is there when it is wanted
     (`schema_registry`, None: EOSBATCH_SCHEMA_REGISTRY decides) or runs; the database URL names both PostgreSQL
@@ -333,7 +267,7 @@ def status(on_cluster: bool | None = None, schema_registry: bool | None = None,
     registry = registry_server(root)
     registry_pid = registry.pid()
     with_registry = registry_wanted() if schema_registry is None else schema_registry
-    kafka, postgres, connect = _parts(root)
+    kafka, postgres, connect = _parts(root, kafka_brokers)
     cluster, cluster_connect = _cluster_parts(root)
     found = cluster.status()
     bindir = find_bindir()
@@ -353,7 +287,8 @@ def status(on_cluster: bool | None = None, schema_registry: bool | None = None,
                      found if on_cluster or found.running or cluster_connect.pid() else None, cluster_connect.url,
                      cluster_connect.pid(), on_cluster, connect.supervisor_pid(),
                      registry.url if with_registry or registry_pid else "", registry_pid,
-                     second.pid() if paired else None, roles, mode)
+                     second.pid() if paired else None, roles, mode,
+                     tuple(KafkaNode(node.node_id, node.bootstrap, node.pid()) for node in kafka.nodes))
 
 
 def resolved_connector_jars(root: Path) -> list[Path]:

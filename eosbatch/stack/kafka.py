@@ -1,4 +1,5 @@
-"""A real Apache Kafka broker (KRaft, one node) run from the official jars."""
+"""A real Apache Kafka broker (KRaft, broker and controller in one process) run from the official jars: the
+stack's single node, or one node of a cluster (eosbatch.stack.kafka_cluster)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from eosbatch.stack import maven, processes
@@ -17,8 +19,8 @@ from eosbatch.stack.versions import KAFKA_BROKER, KAFKA_VERSION
 # init_transactions() and offset commits time out instead of failing.
 _PROPERTIES = """\
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:{controller_port}
+node.id={node_id}
+controller.quorum.voters={voters}
 listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}
 advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}
 controller.listener.names=CONTROLLER
@@ -44,12 +46,34 @@ group.initial.rebalance.delay.ms=0
 """
 
 
+def render(template: str, overrides: Mapping[str, str]) -> str:
+    """`template`'s lines with each key of `overrides` set to its value: in place where the template has
+    the key, appended after it otherwise."""
+    left = dict(overrides)
+    lines = []
+    for line in template.splitlines():
+        key = line.partition("=")[0].strip()
+        if not line.startswith(("#", " ")) and key in left:
+            line = f"{key}={left.pop(key)}"
+        lines.append(line)
+    lines += [f"{key}={value}" for key, value in left.items()]
+    return "\n".join(lines) + "\n"
+
+
 class KafkaBroker:
-    def __init__(self, home: Path, port: int) -> None:
-        self.home = home / "kafka"
+    """One node. Alone (the defaults): node 1 in `home`/kafka, its own single voter. In a cluster: node
+    `node_id` in its own `folder`, `voters` naming every node's controller listener, `overrides` the
+    cluster's settings over the template's (replication of the internal topics, timeouts)."""
+
+    def __init__(self, home: Path, port: int, node_id: int = 1, folder: str = "kafka", voters: str = "",
+                 overrides: Mapping[str, str] | None = None) -> None:
+        self.home = home / folder
         self.port = port
+        self.node_id = node_id
         self.controller_port = port + 1
         self.sasl_port = port + 2
+        self.voters = voters or f"{node_id}@127.0.0.1:{self.controller_port}"
+        self.overrides = dict(overrides or {})
         self.log = self.home / "kafka.log"
         self.pid_file = self.home / "kafka.pid"
 
@@ -75,18 +99,23 @@ class KafkaBroker:
             raise StackError("kafka: `java` is not on PATH (install a JDK 17)")
         return java
 
-    def start(self, jars: Path) -> None:
+    def formatted(self) -> bool:
+        return (self.home / "data" / "meta.properties").exists()
+
+    def start(self, jars: Path, cluster_id: str = "") -> None:
+        """Start the node (formatting its storage first, with `cluster_id` or a new one); nothing if it runs."""
         if self.pid() is not None:
             return
+        self.home.mkdir(parents=True, exist_ok=True)
         data = self.home / "data"
         config = self.home / "server.properties"
-        config.write_text(
+        config.write_text(render(
             _PROPERTIES.format(port=self.port, controller_port=self.controller_port, sasl_port=self.sasl_port,
-                              data=data)
-        )
+                               data=data, node_id=self.node_id, voters=self.voters),
+            self.overrides))
         classpath = f"{jars}/*"
-        if not (data / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not self.formatted():
+            cluster_id = cluster_id or new_cluster_id()
             with self.log.open("ab") as out:
                 formatted = subprocess.run(
                     [self._java(), "-cp", classpath, "kafka.tools.StorageTool", "format",
@@ -122,7 +151,12 @@ class KafkaBroker:
         raise StackNotReady(f"kafka: not ready after {timeout:.0f}s ({last}); see {self.log}")
 
     def stop(self) -> bool:
+        """SIGTERM (a controlled shutdown: its leaderships move first), SIGKILL after 30 s; True when it ran."""
         return processes.stop(self.pid_file, timeout=30)
+
+
+def new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 def add_scram_user(bootstrap: str, name: str, password: str) -> None:

@@ -86,7 +86,7 @@ def _plan(ctx: Context, owner: str | None, epoch: int | None) -> store.Batch | N
         if not ranges:
             return None
         batch = store.create_batch(cur, pipeline.name, "regular", epoch, ranges, pipeline.marker_group)
-    log(f"batch {batch.id}: planned {', '.join(map(str, batch.ranges))}")
+    log(f"batch {batch.id}: planned {plan_ranges.summarize(batch.ranges)}")
     faults.point("plan.after_commit")
     return batch
 

@@ -11,12 +11,16 @@ from eosbatch.ledger import store
 from eosbatch.pipeline import Pipeline
 from eosbatch.protocol.states import Lane, lane
 
-__all__ = ["Log", "quiet", "transactional_id", "marker_group", "check_output_topic"]
+__all__ = ["Log", "quiet", "transactional_id", "lane_transactional_id", "marker_group", "check_output_topic"]
 
 
 def transactional_id(pipeline: Pipeline, batch: store.Batch) -> str:
+    return lane_transactional_id(pipeline, lane(batch.kind))
+
+
+def lane_transactional_id(pipeline: Pipeline, in_lane: Lane) -> str:
     # Regular batches and backfills run side by side (separate DAGs); each lane fences its own zombies.
-    return pipeline.transactional_id if lane(batch.kind) == "regular" else f"{pipeline.transactional_id}.backfill"
+    return pipeline.transactional_id if in_lane == "regular" else f"{pipeline.transactional_id}.backfill"
 
 
 def marker_group(pipeline: Pipeline, in_lane: Lane) -> str | Callable[[int], str]:

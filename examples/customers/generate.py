@@ -35,7 +35,8 @@ def compacted(settings: Settings, topic: str, partitions: int) -> None:
     admin = clients.admin(settings)
     if topic in admin.list_topics(timeout=30).topics:
         return
-    done = admin.create_topics([NewTopic(topic, partitions, 1, config={"cleanup.policy": "compact"})])
+    # replication: the broker's default (-1), as examples/orders/generate.py's ensure_topics
+    done = admin.create_topics([NewTopic(topic, partitions, -1, config={"cleanup.policy": "compact"})])
     for future in done.values():
         future.result()
 

@@ -28,9 +28,11 @@ EXAMPLE_TOPICS = {"orders": 4, "customer_totals": 4, "orders_latest": 4, "custom
 
 
 def ensure_topics(settings: Settings, topics: dict[str, int]) -> None:
+    """The topics that do not exist yet, with the broker's default replication factor (-1): one replica on
+    the one-node stack, three on the three-node one (`stack up --kafka-brokers 3`)."""
     admin = clients.admin(settings)
     existing = admin.list_topics(timeout=30).topics
-    wanted = [NewTopic(name, partitions, 1) for name, partitions in topics.items() if name not in existing]
+    wanted = [NewTopic(name, partitions, -1) for name, partitions in topics.items() if name not in existing]
     for future in admin.create_topics(wanted).values() if wanted else ():
         try:
             future.result()

@@ -14,6 +14,7 @@ import uuid
 from contextlib import closing
 from decimal import Decimal
 from typing import Any, NamedTuple
+from urllib.parse import unquote
 
 import psycopg2
 from confluent_kafka import Consumer, TopicPartition
@@ -36,7 +37,19 @@ class Where(NamedTuple):
     def dsn(self) -> str:
         """The SQLAlchemy URL eosbatch takes, as libpq takes it."""
         scheme, _, rest = self.database_url.partition("://")
-        return f"postgresql://{rest}" if scheme.startswith("postgres") else self.database_url
+        if not scheme.startswith("postgres"):
+            return self.database_url
+        # SQLAlchemy's multi-host form (`user@/db?host=a:1&host=b:2&...`, a stack with a replica) is libpq's
+        # `user@a:1,b:2/db?...`: libpq reads `host` in a query as a bare name.
+        before, _, query = rest.partition("?")
+        pairs = [pair.partition("=") for pair in query.split("&")] if query else []
+        hosts = [unquote(value) for name, _, value in pairs if name == "host"]
+        if hosts:
+            authority, slash, path = before.partition("/")
+            user, at, netloc = authority.rpartition("@")
+            before = f"{user}{at}{','.join([netloc, *hosts] if netloc else hosts)}{slash}{path}"
+        others = "&".join(f"{name}={value}" for name, _, value in pairs if name != "host")
+        return f"postgresql://{before}{'?' + others if others else ''}"
 
 
 class SinkSpec(NamedTuple):

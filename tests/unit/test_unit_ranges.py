@@ -18,6 +18,7 @@ from eosbatch.protocol.ranges import (
     share_budget,
     split,
     subtract,
+    summarize,
     validate_request,
 )
 
@@ -313,3 +314,15 @@ def test_after_in_flight_starts_past_the_runners_batches_not_yet_committed() -> 
 def test_after_in_flight_refuses_ranges_that_do_not_continue_the_ledger(stray: OffsetRange) -> None:
     with pytest.raises(InvalidRange, match=str(stray)):
         after_in_flight({TopicPartition("t", 0): 100}, [stray])
+
+
+def test_a_plan_of_a_few_ranges_is_logged_range_by_range():
+    assert summarize([OffsetRange("a", 0, 5, 9), OffsetRange("a", 1, 0, 3)]) == "a:0:5-9, a:1:0-3"
+
+
+def test_a_plan_of_a_thousand_partitions_is_one_short_line():
+    plan = [OffsetRange("orders", p, 100, 120) for p in range(1000)] + [OffsetRange("refunds", 0, 0, 7)]
+    line = summarize(plan)
+    assert line == ("1001 ranges (orders: 1000 partitions, 20000 offsets; refunds: 1 partitions, 7 offsets), "
+                    "from orders:0:100-120, orders:1:100-120, orders:2:100-120, …")
+    assert len(line) < 200

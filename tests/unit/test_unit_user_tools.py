@@ -116,7 +116,7 @@ def test_produce_takes_a_file_or_stdin_and_the_options() -> None:
     args = parser().parse_args(["produce", "orders", "-", "--key", "id", "--per-transaction", "10"])
     assert (args.topic, args.file, args.key_field, args.per_transaction) == ("orders", "-", "id", 10)
     args = parser().parse_args(["topic", "create", "orders", "--partitions", "3"])
-    assert (args.name, args.partitions, args.replication_factor) == ("orders", 3, 1)
+    assert (args.name, args.partitions, args.replication_factor) == ("orders", 3, None)
 
 
 def test_db_psql_keeps_the_password_out_of_the_arguments() -> None:
