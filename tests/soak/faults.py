@@ -158,7 +158,7 @@ class BrokerKill:
         assert before is not None, "kafka is not running"
         os.kill(before, signal.SIGKILL)
         wait_until(lambda: not alive(before), 60, f"the broker {before} to die")
-        retries = started(world.services.start_broker, "the broker", kafka.port)
+        retries = started(world.services.start_broker, "the broker", kafka.nodes[0].port)
         after = kafka.pid()
         assert after is not None and after != before, f"broker pid {before} -> {after}"
         return f"broker {before} -> {after}" + (f" ({retries} start retries)" * bool(retries))
@@ -177,7 +177,7 @@ def restore(world: World) -> None:
     if world.cluster is not None:
         world.cluster.restore()
     elif services.kafka.pid() is None:
-        started(services.start_broker, "the broker", services.kafka.port)
+        started(services.start_broker, "the broker", services.kafka.nodes[0].port)
     if services.spark.pid() is None and services.spark.supervisor_pid() is None:
         started(services.start_spark_connect, "the Spark Connect server", services.spark.port)
 

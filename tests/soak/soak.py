@@ -97,8 +97,7 @@ def stack_settings() -> config.Settings:
 
 def three_nodes():  # type: ignore[no-untyped-def]
     """tests/chaos/cluster.BrokerCluster over the stack's Kafka when it has three nodes; None otherwise."""
-    brokers = getattr(stack, "kafka_brokers", None)  # a checkout without the cluster has one broker
-    if brokers is None or brokers() < 3:
+    if stack.kafka_brokers() < 3:
         return None
     from tests.soak.broker_faults import stack_cluster
 
@@ -107,8 +106,6 @@ def three_nodes():  # type: ignore[no-untyped-def]
 
 def synchronous_replica() -> bool:
     """The stack runs a synchronous streaming replica of PostgreSQL (`stack up --postgres-replica`)."""
-    if getattr(stack, "postgres_servers", None) is None:  # a checkout without the replica
-        return False
     from eosbatch.stack import replica
 
     primary, standby = stack.postgres_servers()
