@@ -89,8 +89,8 @@ def render(f: Figures, slice_minutes: float = 5.0) -> str:
                   "(0 done, 2 terminal, 3 transient, 4 fenced, killed: a fault, hung: the watchdog)",
               *error_kinds(f.runners), *hangs(f.runners), "",
               f"anomalies: {f.verdict.anomalies}" + ("" if f.verdict.aborted_attempts is None else
-                                                      f" (the output's log holds {f.verdict.aborted_attempts} aborted "
-                                                      "attempts, none visible read_committed)")]
+                                                      f" (aborted attempts in the output's log, read_uncommitted: "
+                                                      f"{f.verdict.aborted_attempts})")]
     for judge, found in f.verdict.judges.items():
         lines.append(f"  {judge}: {len(found)}" + "".join(f"\n    {a[:500]}" for a in found[:10]))
     lines += ["", *memory_table(f.samples, f.runners, slice_minutes), "",

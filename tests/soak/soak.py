@@ -55,6 +55,7 @@ class FaultSchedule:
         self.kinds, self.world, self.mean, self.origin = kinds, world, mean, origin
         self.events: list[FaultEvent] = []
         self.not_now: Counter[str] = Counter()
+        self._first_round: list[FaultKind] | None = None
 
     def run_until(self, deadline: float, status=lambda: "") -> None:  # type: ignore[no-untyped-def]
         rng = self.world.rng
@@ -64,10 +65,18 @@ class FaultSchedule:
                 time.sleep(max(0.0, deadline - time.monotonic()))  # the schedule's own rhythm, not a wait for a state
                 return
             time.sleep(pause)
-            kind = rng.choices(self.kinds, [k.weight for k in self.kinds])[0]
+            kind = self.draw()
             self.inject(kind)
             if len(self.events) % 10 == 0 and self.events:
                 log(status())
+
+    def draw(self) -> FaultKind:
+        """Every kind once first, in a random order (so a short soak still injects each), then by weight."""
+        if self._first_round is None:
+            self._first_round = self.world.rng.sample(self.kinds, len(self.kinds))
+        if self._first_round:
+            return self._first_round.pop()
+        return self.world.rng.choices(self.kinds, [k.weight for k in self.kinds])[0]
 
     def inject(self, kind: FaultKind) -> None:
         started = time.monotonic()
