@@ -66,7 +66,8 @@ class FaultSchedule:
                 return
             time.sleep(pause)
             kind = self.draw()
-            self.inject(kind)
+            if not self.inject(kind) and self._first_round is not None:
+                self._first_round.insert(0, kind)  # not possible now: drawn again after the rest of the round
             if len(self.events) % 10 == 0 and self.events:
                 log(status())
 
@@ -78,13 +79,14 @@ class FaultSchedule:
             return self._first_round.pop()
         return self.world.rng.choices(self.kinds, [k.weight for k in self.kinds])[0]
 
-    def inject(self, kind: FaultKind) -> None:
+    def inject(self, kind: FaultKind) -> bool:
+        """False when the kind could not act now."""
         started = time.monotonic()
         try:
             evidence, confirmed = kind.inject(self.world), True
         except NotNow:
             self.not_now[kind.name] += 1
-            return
+            return False
         except Exception as exc:  # noqa: BLE001 - a fault that could not be confirmed is counted, the soak goes on
             evidence, confirmed = f"{type(exc).__name__}: {exc}", False
             restore(self.world)
@@ -92,6 +94,7 @@ class FaultSchedule:
                            round(time.monotonic() - started, 1))
         self.events.append(event)
         log(f"{'ok ' if confirmed else 'UNCONFIRMED '}{kind.name} ({event.seconds:.1f}s): {evidence[:300]}")
+        return True
 
 
 def stack_settings() -> config.Settings:
