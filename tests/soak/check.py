@@ -34,6 +34,7 @@ class Count:
     output_records: int = 0       # read_committed records of the output topic
     output_orders: int = 0        # the order counts the output's deltas add up to
     batches: dict[str, int] = field(default_factory=dict)  # the pipeline's batches by state
+    longest_stall_s: float = 0.0  # the longest time between two commits of the pipeline's batches (committed_at)
 
     @property
     def committed(self) -> int:
@@ -64,6 +65,10 @@ def committed(scenario: Scenario) -> Count:
         cur.execute("SELECT state, count(*) FROM eosbatch.batches WHERE pipeline = %s GROUP BY state",
                     (scenario.pipeline,))
         count.batches = {state: int(n) for state, n in cur.fetchall()}
+        cur.execute("SELECT max(gap) FROM (SELECT extract(epoch FROM committed_at - lag(committed_at) OVER "
+                    "(ORDER BY committed_at)) AS gap FROM eosbatch.batches WHERE pipeline = %s AND committed_at "
+                    "IS NOT NULL) AS gaps", (scenario.pipeline,))
+        count.longest_stall_s = float(cur.fetchone()[0] or 0)
     return count
 
 

@@ -65,7 +65,8 @@ def render(f: Figures, slice_minutes: float = 5.0) -> str:
         f"{f.load.abandoned} in commits left ambiguous, {f.load.producers} producers)",
         f"  committed under faults:  {f.window.committed} of {f.produced_in_window} produced by then ({ratio:.1%}); "
         f"floor {f.floor:.0%}: {'held' if f.floor_held else 'MISSED'}",
-        f"  batches under faults: {_states(f.window.batches)}; in all: {_states(f.final.batches)}",
+        f"  batches under faults: {_states(f.window.batches)}; in all: {_states(f.final.batches)}; the longest "
+        f"time between two commits under faults: {f.window.longest_stall_s:.0f} s",
         f"  committed in all:        {f.final.committed} "
         f"(after the drain: {'caught up' if f.drained else 'NOT caught up'})",
         f"  independent count: input {f.final.input_records} read_committed records = {f.final.input_orders} orders + "
