@@ -6,6 +6,7 @@ per partition, so a batch of many small partitions was mostly that fixed cost (b
 partitions of 20 records 48.4 s unbounded, 12.2 s in 2 tasks). Unless EOSBATCH_STAGING_WRITERS says how many,
 a batch with more than RANGES_PER_CORE ranges per core of the engine is coalesced (no shuffle) to one task per
 core: the cores were the bound on concurrent tasks anyway. A batch of few partitions keeps one task each.
+The cores are asked once per session: under dynamic allocation (executors come and go) set the bound instead.
 """
 
 from __future__ import annotations
