@@ -212,7 +212,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-partition", type=int, default=20)
     parser.add_argument("--staging-writers", default="0",
                         help="EOSBATCH_STAGING_WRITERS values to run each partition count with, side by side "
-                             "(comma-separated; 0: unbounded; default %(default)s)")
+                             "(comma-separated; 0: unset, eosbatch's default: one task per engine core past 4 ranges "
+                             "a core; 10000: a task per partition; default %(default)s)")
     parser.add_argument("--fetch-wait-ms", default="",
                         help="the Kafka reader's fetch.max.wait.ms values to run each case with, alternating "
                              "(comma-separated, e.g. 500,5: Kafka's default against eosbatch's; default: "
@@ -239,8 +240,8 @@ def main(argv: list[str] | None = None) -> None:
     for run, partitions, _, bound, wait in cases:
         os.environ[config.STAGING_WRITERS] = str(bound) if bound else ""
         reader.FETCH_MAX_WAIT_MS = wait  # read when the batch's DataFrame is built, in this process
-        rows.append([str(bound or "-"), wait, *partitions_case(settings, run, partitions)])
-        print(f"{partitions} partitions, staging writers {bound or 'unbounded'}, fetch wait {wait} ms: done",
+        rows.append([str(bound or "unset"), wait, *partitions_case(settings, run, partitions)])
+        print(f"{partitions} partitions, staging writers {bound or 'unset'}, fetch wait {wait} ms: done",
               flush=True)
     os.environ.pop(config.STAGING_WRITERS, None)
     reader.FETCH_MAX_WAIT_MS = default_wait

@@ -80,7 +80,7 @@ class Settings(NamedTuple):
     lease_seconds: float = DEFAULT_LEASE_SECONDS  # a lane's lease: renewed every third of it, taken after it
     spark_remote: str = ""  # a Spark Connect URL: batches run there; "" = spark-submit on spark_master
     spark_jars: tuple[str, ...] = ()  # spark-submit's --jars (a Connect server has its own, from its start)
-    staging_writers: int = 0  # 0: as many as the batch has Spark partitions (the executors' cores bound them)
+    staging_writers: int = 0  # 0: one task per Kafka range, or one per engine core past 4 ranges a core (spark.tasks)
     # The ledger keeps a committed range per partition and batch; finalize merges the old ones every N commits
     # (eosbatch compact, on its own), so the ledger does not grow with the history. 0: never.
     compact_every: int = DEFAULT_COMPACT_EVERY

@@ -243,6 +243,7 @@ def transform_arity(transform: object) -> int:
 # the most it may say (each batch is a TaskGroup of its own in the DAG).
 BATCHES_PER_RUN = 4
 MOST_BATCHES_PER_RUN = 50
+DAG_SHAPES = ("steps", "compact")  # AirflowOptions.shape: a task per step, or plan -> process -> commit_and_publish
 _CALLBACKS = ("on_failure_callback", "on_success_callback", "on_retry_callback")
 
 
@@ -269,7 +270,10 @@ class AirflowOptions:
     `retry_delay`, `pool`, `queue` and the three callbacks become the `default_args` of the pipeline's three
     DAGs; `retries` and `retry_delay`, when set, replace eosbatch's own (3 retries, 10 s apart) on every task
     (terminal errors never retry). `tags` are added to eosbatch's. `max_active_runs` can only be 1: a run
-    holds the pipeline's lane lease from its first plan to its last batch.
+    holds the pipeline's lane lease from its first plan to its last batch. `shape`: each micro-batch as the
+    tasks plan -> process -> commit -> publish -> finalize (and `done`), "steps", or, "compact", as plan ->
+    process -> commit_and_publish (early publish: commit, publish and finalize in one task), for small
+    frequent batches where Airflow's start of each task costs more than the work (docs/airflow-dags.md).
     """
 
     batches_per_run: int = BATCHES_PER_RUN
@@ -283,6 +287,7 @@ class AirflowOptions:
     on_retry_callback: Any = None
     tags: Sequence[str] = ()
     max_active_runs: int = 1
+    shape: str = "steps"
 
     def __post_init__(self) -> None:
         cap = self.batches_per_run
@@ -308,6 +313,8 @@ class AirflowOptions:
                 raise ConfigError(f"airflow.tags[{i}]", f"must be a non-empty string of at most 100 characters, "
                                                         f"got {tag!r}")
         object.__setattr__(self, "tags", tuple(self.tags))
+        if self.shape not in DAG_SHAPES:
+            raise ConfigError("airflow.shape", f"must be one of {', '.join(DAG_SHAPES)}, got {self.shape!r}")
         if self.max_active_runs != 1 or isinstance(self.max_active_runs, bool):
             raise ConfigError("airflow.max_active_runs", f"must be 1, got {self.max_active_runs!r}: a run holds the "
                                                          "pipeline's lane lease, so two runs at once would only "

@@ -38,13 +38,14 @@ class Scenario:
     second batch on: tests/pipelines/crash_evolving.py)."""
 
     def __init__(self, settings, suffix: str, kind: str, records: int = 2400, batch: int = 1500,
-                 start: str = "earliest", seed: int | None = None, create_output: bool = True) -> None:
-        self.settings, self.suffix, self.kind = settings, suffix, kind
+                 start: str = "earliest", seed: int | None = None, create_output: bool = True,
+                 partitions: int = 3) -> None:
+        self.settings, self.suffix, self.kind, self.partitions = settings, suffix, kind, partitions
         self.batch, self.start = batch, start
         self.pipeline = f"crash_{kind}_{suffix}"
         self.input = f"crash_in_{suffix}"
         self.output = f"crash_{kind}_out_{suffix}"
-        generate.ensure_topics(settings, {self.input: 3, **({self.output: 3} if create_output else {})})
+        generate.ensure_topics(settings, {self.input: partitions, **({self.output: 3} if create_output else {})})
         self.waves = 0
         self.env_overrides: dict[str, str] = {}  # settings of the CLI runs only (e.g. another Kafka principal)
         if records:
@@ -53,7 +54,7 @@ class Scenario:
     def produce(self, records: int, seed: int | None = None) -> None:
         """More input: transactions (every 5th aborted), repeated order ids, a few malformed records."""
         self.waves += 1
-        generate.generate(self.settings, self.input, records=records, partitions=3, transaction_size=200,
+        generate.generate(self.settings, self.input, records=records, partitions=self.partitions, transaction_size=200,
                           malformed_every=331, seed=seed if seed is not None else len(self.suffix) + 10 + self.waves,
                           customers=40, **({"tombstone_every": 9} if self.kind == "deletes" else {}))
 

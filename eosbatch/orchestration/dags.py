@@ -104,11 +104,20 @@ def microbatch_group(pipeline: Pipeline, group_id: str = "eosbatch", prefix_grou
     return _group(pipeline, group_id, prefix_group_id, verify, done_rule=TriggerRule.NONE_FAILED)[0]
 
 
+def steps_after_plan(pipeline: Pipeline) -> tuple[sequence.Step, ...]:
+    """The tasks of a planned batch, one per declared step: process -> commit -> publish -> finalize, or with
+    AirflowOptions(shape="compact"), process -> commit_and_publish (commit, publish and finalize in one task,
+    the records produced while the batch commits: early publish)."""
+    return sequence.after_plan(early_publish=pipeline.airflow.shape == "compact")
+
+
 def _group(pipeline: Pipeline, group_id: str, prefix_group_id: bool, verify: bool, done_rule: TriggerRule,
-           plan_rule: TriggerRule = TriggerRule.ALL_SUCCESS) -> tuple[TaskGroup, Any, Any]:
-    """The micro-batch TaskGroup, its plan task and its finalize task. `done_rule`: none_failed runs `done`
-    after a caught-up plan (a user's group); none_failed_min_one_success skips it when everything before it
-    was skipped (the DAG's groups: a caught-up or skipped group costs no task). `plan_rule`: when plan runs."""
+           plan_rule: TriggerRule = TriggerRule.ALL_SUCCESS, with_done: bool = True) -> tuple[TaskGroup, Any, Any]:
+    """The micro-batch TaskGroup, its plan task and its last step's task (finalize, or commit_and_publish).
+    `done_rule`: none_failed runs `done` after a caught-up plan (a user's group); none_failed_min_one_success
+    skips it when everything before it was skipped (the DAG's groups: a caught-up or skipped group costs no
+    task). `plan_rule`: when plan runs. Without `with_done` (the compact DAG's groups), `done` is a gate that
+    runs no process (the scheduler sets its state): the last step's task returns the batch's counts."""
     name = pipeline.name
     retry = _retry(pipeline)
     with TaskGroup(group_id=group_id, prefix_group_id=prefix_group_id, tooltip=f"eosbatch micro-batch of {name}",
@@ -137,7 +146,7 @@ def _group(pipeline: Pipeline, group_id: str, prefix_group_id: bool, verify: boo
         batch = planned
         before: Any = planned
         abortable: list[Any] = []
-        for step in sequence.AFTER_PLAN:  # process -> commit -> publish -> finalize, as declared
+        for step in steps_after_plan(pipeline):  # process -> commit -> publish -> finalize, as declared
             made = _batch_task(pipeline, step, retry)(batch, before if step.takes_previous else None)
             before >> made
             if step.abortable:
@@ -156,7 +165,10 @@ def _group(pipeline: Pipeline, group_id: str, prefix_group_id: bool, verify: boo
             last = checked
         aborted = abort(planned.operator.task_id)
         abortable >> aborted
-        [last, aborted] >> done(planned.operator.task_id)
+        # Without a `done` task, an empty one in its place (no process): a failed batch still fails the run.
+        [last, aborted] >> (done(planned.operator.task_id) if with_done else Gate(
+            task_id="done", trigger_rule=done_rule, doc_md="Fails when the batch failed (its counts: the XCom of "
+                                                           f"{last.operator.task_id})."))
     return group, planned.operator, finalized.operator
 
 
@@ -177,18 +189,20 @@ def _batch_task(pipeline: Pipeline, step: sequence.Step, retry: dict[str, Any]) 
 
 def microbatch_dag(pipeline: Pipeline) -> DAG:
     """Up to `batches_per_run` micro-batches, one TaskGroup each (`batch_1` ..), one after another: each
-    group's plan runs once the batch before it is finalized, and neither failed nor found nothing new."""
+    group's plan runs once the batch before it is finalized, and neither failed nor found nothing new. With
+    AirflowOptions(shape="compact"), a group is plan -> process -> commit_and_publish (and `abort`)."""
     name, most = pipeline.name, pipeline.airflow.batches_per_run
+    shown = " -> ".join(["plan", *(step.name for step in steps_after_plan(pipeline))])
     with DAG(dag_id=dag_id(name), schedule=pipeline.schedule, start_date=START, catchup=False,
              max_active_runs=pipeline.airflow.max_active_runs, default_args=_defaults(pipeline),
              tags=_tags(pipeline), doc_md=__doc__,
-             description=f"eosbatch micro-batches of {name}, up to {most} per run: plan -> process -> commit -> "
-                         "publish -> finalize") as dag:
+             description=f"eosbatch micro-batches of {name}, up to {most} per run: {shown}") as dag:
         gates: list[Gate] = []
         for number in range(1, most + 1):
             _, plan, finalize = _group(pipeline, f"batch_{number}", True, False,
                                        done_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
-                                       plan_rule=TriggerRule.ALL_SKIPPED if gates else TriggerRule.ALL_SUCCESS)
+                                       plan_rule=TriggerRule.ALL_SKIPPED if gates else TriggerRule.ALL_SUCCESS,
+                                       with_done=pipeline.airflow.shape != "compact")
             gates >> plan
             if number < most:
                 gates = [Gate(task_id=f"batch_{number}_failed", trigger_rule=TriggerRule.ALL_FAILED,
@@ -251,18 +265,27 @@ def replay_dag(pipeline: Pipeline) -> DAG:
     return dag
 
 
-def build(pipelines: Iterable[Pipeline]) -> dict[str, DAG]:
-    """Every DAG of every pipeline, by dag id."""
+KINDS = {"": microbatch_dag, "backfill": backfill_dag, "replay": replay_dag}
+
+
+def build(pipelines: Iterable[Pipeline], only: str | None = None) -> dict[str, DAG]:
+    """Every DAG of every pipeline, by dag id; with `only`, just the DAG of that id (if it is one of them)."""
     dags: dict[str, DAG] = {}
     for pipeline in pipelines:
-        for make in (microbatch_dag, backfill_dag, replay_dag):
-            dag = make(pipeline)
-            dags[dag.dag_id] = dag
+        for kind, make in KINDS.items():
+            if only is None or only == dag_id(pipeline.name, kind):
+                dag = make(pipeline)
+                dags[dag.dag_id] = dag
     return dags
 
 
 def registered() -> dict[str, DAG]:
-    """The DAGs of the pipelines in EOSBATCH_PIPELINES (eosbatch.registry)."""
+    """The DAGs of the pipelines in EOSBATCH_PIPELINES (eosbatch.registry). In a task's process, which parses
+    the DAG file before it runs, only the task's own DAG is built (Airflow's parsing context names it): the
+    others would cost it three DAGs per pipeline of up to `batches_per_run` groups each. (With the example
+    pipelines that is little: most of a task's 0.3-0.9 s parse is importing eosbatch, bench/airflow.py.)"""
+    from airflow.sdk import get_parsing_context
+
     from eosbatch import registry
 
-    return build(registry.load().values())
+    return build(registry.load().values(), only=get_parsing_context().dag_id)

@@ -97,6 +97,9 @@ task_instance_heartbeat_timeout = 60
 # After a scheduler crash, the restarted scheduler resets the dead one's tasks (then runs them again) at
 # its next orphan check: every 30 s instead of 300 s.
 orphaned_tasks_check_interval = 30
+# An idle scheduler loop sleeps this long (Airflow's default: 1 s). A task's end is seen, and the next task
+# queued, at the next loop: each step of a micro-batch waited up to this long for it (bench/airflow.py).
+scheduler_idle_sleep_time = 0.2
 
 [logging]
 base_log_folder = {airflow_home / "logs"}

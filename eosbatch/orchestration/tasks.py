@@ -181,8 +181,20 @@ def finalize(pipeline: str, batch_id: int, produced: int | None, owner: str | No
     return state
 
 
+def commit_and_publish(pipeline: str, batch_id: int, owner: str | None = None, outlet_events: Any = None
+                       ) -> dict[str, Any]:
+    """The compact shape's last task: commit, publish and finalize the batch, its records produced into the
+    Kafka transaction while PostgreSQL commits (early publish; as commit, then publish, where that does not
+    apply: the log says why). A retry does what is left: the batch's state in the ledger says what. The run is
+    done: the lane's lease is released."""
+    batch = _batch_step("commit_and_publish", pipeline, batch_id, owner=owner, outlet_events=outlet_events)
+    return {"batch": batch.id, "state": batch.state, "records_read": batch.records_read,
+            "sink_rows": batch.sink_rows, "dead_letters": batch.dead_letters, "published": batch.published_records,
+            "commit_seq": batch.commit_seq}
+
+
 BATCH_TASKS: dict[str, Callable[..., Any]] = {"process": process, "commit": commit, "publish": publish,
-                                              "finalize": finalize}
+                                              "finalize": finalize, "commit_and_publish": commit_and_publish}
 
 
 def batch_task(name: str, pipeline: str, batch_id: int, previous: Any, owner: str | None, outlet_events: Any

@@ -13,7 +13,7 @@ from eosbatch.formats.schemas import to_json
 from eosbatch.ledger import lanes, schema_sets, sinks, store
 from eosbatch.ledger.staging import DEAD_LETTERS_STAGE
 from eosbatch.pipeline import KafkaSource
-from eosbatch.spark import reader, redrive, shaping, tombstones, writer_schemas
+from eosbatch.spark import reader, redrive, shaping, tasks, tombstones, writer_schemas
 from eosbatch.spark.session import on_own_session
 from eosbatch.spark.staging import DEAD_LETTER_TIMES, RESULT_SCHEMA, StageTarget, WriterResult, stage_partition
 
@@ -54,10 +54,13 @@ def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -
     deleting = pipeline.sink.deletes is not None
     if deleting:  # its tombstones beside the transform's rows, flagged
         result = tombstones.with_tombstones(result, result.schema, good, pipeline)
-    if settings.staging_writers:
-        # Each staging task holds a PostgreSQL connection: at most this many, whatever the partition count
-        # (a coalesce, so without a shuffle; it narrows the stages before it as well).
-        result = result.coalesce(settings.staging_writers)
+    # Each staging task holds a PostgreSQL connection and a Python worker's turn: EOSBATCH_STAGING_WRITERS, else
+    # one per core for a batch of many more ranges than cores (a coalesce, so without a shuffle; it narrows the
+    # stages before it as well). eosbatch.spark.tasks.
+    cores = tasks.engine_cores(spark) if tasks.needs_cores(len(ranges), settings.staging_writers) else 0
+    writers_bound = tasks.staging_tasks(len(ranges), settings.staging_writers, cores)
+    if writers_bound:
+        result = result.coalesce(writers_bound)
     names = [c.name for c in columns]
     added = sinks.evolve_sink(settings, pipeline, columns) if pipeline.sink.evolve else []
     if added:
@@ -74,8 +77,8 @@ def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -
               .collect())
     sink_writers = [WriterResult(r["writer"], r["rows"]) for r in staged]
     tally = _tally(observation.get, parsed, batch_id, log)
-    dead = _counts(_stage_dead_letters(parsed, pipeline.source, settings.psycopg_dsn, nonce, batch_id)) \
-        if tally.malformed else {}
+    dead = _counts(_stage_dead_letters(parsed, pipeline.source, settings.psycopg_dsn, nonce, batch_id,
+                                       writers_bound)) if tally.malformed else {}
     if sum(dead.values()) != tally.malformed:
         raise TransientError(f"batch {batch_id}: {tally.malformed} malformed records were counted, "
                              f"{sum(dead.values())} staged as dead letters on a second read of their ranges; "
@@ -161,14 +164,20 @@ def _tally(observed: Any, parsed: Any, batch_id: int, log: Any) -> _Tally:
     return _Tally(int(exact["records"]), int(exact["malformed"]), int(exact["tombstones"]))
 
 
-def _stage_dead_letters(parsed: Any, source: KafkaSource, dsn: str, nonce: str, batch_id: int) -> list[WriterResult]:
+def _stage_dead_letters(parsed: Any, source: KafkaSource, dsn: str, nonce: str, batch_id: int,
+                        writers_bound: int | None = None) -> list[WriterResult]:
     """Stage the malformed records as dead letters (a Spark action of their own), their key and value as the
-    bytes they were; their writers."""
+    bytes they were; their writers. `writers_bound`: the sink's staging tasks, the same bound here (every task
+    of this read stages, even one without malformed records)."""
     from pyspark.sql import functions as F
 
     error = F.col(reader.ERROR_COLUMN)
     target = StageTarget("dead_letters", DEAD_LETTERS_STAGE)
-    rows = (parsed.where(error.isNotNull()).select(*reader.dead_letter_columns(source), error, *DEAD_LETTER_TIMES)
+    malformed = parsed.where(error.isNotNull()).select(*reader.dead_letter_columns(source), error,
+                                                        *DEAD_LETTER_TIMES)
+    if writers_bound:
+        malformed = malformed.coalesce(writers_bound)
+    rows = (malformed
             .mapInArrow(stage_partition(dsn, target, nonce, batch_id, {}), RESULT_SCHEMA).collect())
     return [WriterResult(r["writer"], r["rows"]) for r in rows]
 

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from eosbatch.stack import maven, processes
@@ -132,23 +132,15 @@ class KafkaBroker:
 
     def wait_ready(self, timeout: float = 90.0) -> None:
         """Ready means a transactional producer can init_transactions(), the call every batch depends on."""
-        from confluent_kafka import KafkaException, Producer
-
         deadline = time.monotonic() + timeout
-        last = "no answer"
-        while time.monotonic() < deadline:
-            if self.pid() is None:
-                raise StackError(f"kafka: the broker exited during start; see {self.log}:\n"
-                                 f"{processes.tail(self.log)}")
-            producer = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": "eosbatch.stack-probe",
-                                 "log_level": 0, "logger": _silent})
-            try:
-                producer.init_transactions(10)
-                return
-            except KafkaException as exc:
-                last = str(exc)
-                time.sleep(0.5)
-        raise StackNotReady(f"kafka: not ready after {timeout:.0f}s ({last}); see {self.log}")
+        try:
+            wait_transactions(self.bootstrap, deadline, self._check_alive)
+        except StackNotReady as exc:
+            raise StackNotReady(f"{exc} after {timeout:.0f}s; see {self.log}") from None
+
+    def _check_alive(self) -> None:
+        if self.pid() is None:
+            raise StackError(f"kafka: the broker exited during start; see {self.log}:\n{processes.tail(self.log)}")
 
     def stop(self) -> bool:
         """SIGTERM (a controlled shutdown: its leaderships move first), SIGKILL after 30 s; True when it ran."""
@@ -157,6 +149,26 @@ class KafkaBroker:
 
 def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def wait_transactions(bootstrap: str, deadline: float, check: Callable[[], None]) -> None:
+    """Until a transactional producer can init_transactions() against `bootstrap` (the state log exists, its
+    partitions have leaders and enough in-sync replicas), calling `check` (raises when a node died) between
+    tries; StackNotReady at `deadline` (time.monotonic())."""
+    from confluent_kafka import KafkaException, Producer
+
+    last = "no answer"
+    while time.monotonic() < deadline:
+        check()
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "eosbatch.stack-probe",
+                             "log_level": 0, "logger": _silent})
+        try:
+            producer.init_transactions(10)
+            return
+        except KafkaException as exc:
+            last = str(exc)
+            time.sleep(0.5)
+    raise StackNotReady(f"kafka: transactions not ready ({last})")
 
 
 def add_scram_user(bootstrap: str, name: str, password: str) -> None:

@@ -16,14 +16,14 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from eosbatch.stack import processes
 from eosbatch.stack.exceptions import StackError, StackNotReady
-from eosbatch.stack.kafka import KafkaBroker, new_cluster_id
+from eosbatch.stack.kafka import KafkaBroker, new_cluster_id, wait_transactions
 
 PORT_STEP = 3  # a node's client port, its controller's (+1) and its SASL listener's (+2)
 MAX_REPLICAS = 3
@@ -141,7 +141,7 @@ class KafkaCluster:
             return
         deadline = time.monotonic() + timeout
         self.wait_registered(self.pids(), deadline - time.monotonic())
-        _wait_transactions(self.bootstrap, deadline, self._check_alive)
+        wait_transactions(self.bootstrap, deadline, self._check_alive)
 
     def _check_alive(self, node_ids: Iterable[int] | None = None) -> None:
         for node_id in node_ids or range(1, self.brokers + 1):
@@ -267,27 +267,6 @@ def _read(connection: socket.socket, size: int) -> bytes:
             raise ConnectionError("the node closed the connection")
         data += chunk
     return data
-
-
-def _wait_transactions(bootstrap: str, deadline: float, check: Callable[[], None]) -> None:
-    """Until a transactional producer can init_transactions() against `bootstrap`: the state log exists,
-    its partitions have leaders and enough in-sync replicas."""
-    from confluent_kafka import KafkaException, Producer
-
-    from eosbatch.stack.kafka import _silent
-
-    last = "no answer"
-    while time.monotonic() < deadline:
-        check()
-        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "eosbatch.stack-probe",
-                             "log_level": 0, "logger": _silent})
-        try:
-            producer.init_transactions(10)
-            return
-        except KafkaException as exc:
-            last = str(exc)
-            time.sleep(0.5)
-    raise StackNotReady(f"kafka: transactions not ready ({last})")
 
 
 _admins: dict[str, object] = {}

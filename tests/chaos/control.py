@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from eosbatch import faults, stack
+from eosbatch.ledger import store
 from eosbatch.stack.postgres import find_bindir
 from eosbatch.stack.processes import alive
 from tests.chaos.judge import assert_exactly_once_judged
@@ -69,6 +70,19 @@ def fired(path: Path) -> list[tuple[str, int]]:
     except FileNotFoundError:
         return []
     return [(name, int(pid)) for name, pid in (line.split() for line in text.splitlines() if line.strip())]
+
+
+def wait_for_lease_expiry(settings, pipeline: str, timeout: float = 60, who: str = "the frozen runner") -> None:
+    """Until the regular lane's lease of `pipeline` has expired (or is gone): a frozen or killed holder's lane is
+    free again."""
+    def expired() -> bool:
+        with store.transaction(settings) as cur:
+            cur.execute("SELECT expires_at < clock_timestamp() FROM eosbatch.lane_leases WHERE pipeline = %s "
+                        "AND lane = 'regular'", (pipeline,))
+            row = cur.fetchone()
+        return row is None or bool(row[0])
+
+    wait_until(expired, timeout, f"{who}'s lease of {pipeline} to expire", interval=0.2)
 
 
 class Runner:

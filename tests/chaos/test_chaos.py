@@ -25,7 +25,7 @@ from psycopg2 import sql
 from eosbatch import config
 from eosbatch.kafka.read_back import read_topic
 from eosbatch.ledger import lanes, store
-from tests.chaos.control import ROOT, end_exactly_once, wait_until
+from tests.chaos.control import ROOT, end_exactly_once, wait_for_lease_expiry
 from tests.chaos.control import session as control_session
 from tests.chaos.judge import assert_exactly_once_judged
 from tests.history.collect import SinkSpec
@@ -69,17 +69,6 @@ def _epoch(settings, pipeline: str) -> int:
 
 
 LEASE_SECONDS = 4  # the frozen-runner tests' lease: a frozen holder's lane is free again after it
-
-
-def _wait_for_lease_expiry(settings, pipeline: str) -> None:
-    def expired() -> bool:
-        with store.transaction(settings) as cur:
-            cur.execute("SELECT expires_at < clock_timestamp() FROM eosbatch.lane_leases WHERE pipeline = %s "
-                        "AND lane = 'regular'", (pipeline,))
-            row = cur.fetchone()
-        return row is None or bool(row[0])
-
-    wait_until(expired, 60, f"the frozen runner's lease of {pipeline} to expire", interval=0.5)
 
 
 def dag_retry(scenario: Scenario, batch_id: int, task: str) -> list[dict[str, Any]]:
@@ -264,7 +253,7 @@ def test_frozen_runner_resumed_after_a_second_runner_took_over(settings, unique,
     zombie.stopped_at(point)
     zombie.freeze()  # all of it, its lease heartbeat too: a runner that stopped answering
     assert scenario.states() == [left]
-    _wait_for_lease_expiry(settings, scenario.pipeline)
+    wait_for_lease_expiry(settings, scenario.pipeline)
     live = runners.start(scenario, fault="publish.mid_produce:stop", name="live", env=short)
     live_frozen = live.stopped_at("publish.mid_produce")
     epoch = _epoch(settings, scenario.pipeline)

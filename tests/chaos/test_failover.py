@@ -22,7 +22,7 @@ import pytest
 
 from eosbatch.cli import EXIT_TERMINAL
 from eosbatch.ledger import store
-from tests.chaos.control import Services, end_exactly_once, wait_until
+from tests.chaos.control import Services, end_exactly_once, wait_for_lease_expiry
 from tests.chaos.failover import Failover
 from tests.scenario import Scenario
 
@@ -33,17 +33,6 @@ BATCH = 1500
 # A killed runner's lease is taken over at once when its pid is gone; on a busy machine the pid may already be
 # another process's, and then the lease must expire: kept short.
 SHORT_LEASE = {"EOSBATCH_LEASE_SECONDS": "4"}
-
-
-def _lease_expired(settings, pipeline: str) -> None:
-    def expired() -> bool:
-        with store.transaction(settings) as cur:
-            cur.execute("SELECT expires_at < clock_timestamp() FROM eosbatch.lane_leases WHERE pipeline = %s "
-                        "AND lane = 'regular'", (pipeline,))
-            row = cur.fetchone()
-        return row is None or bool(row[0])
-
-    wait_until(expired, 30, f"the killed runner's lease of {pipeline} to expire", interval=0.2)
 
 
 @pytest.fixture
@@ -81,7 +70,7 @@ def test_sync_replica_promoted_mid_commit_then_the_run_goes_on_exactly_once(sett
     assert failover.current_primary().port == failover.replica.port and gone not in (failover.primary.pid(),)
     [(batch_id, _, state)] = scenario.batches()  # read from the promoted replica, through the multi-host URL
     assert state == "committed", "the synchronous replica lost the COMMIT the primary had acknowledged"
-    _lease_expired(through_both, scenario.pipeline)
+    wait_for_lease_expiry(through_both, scenario.pipeline, 30, "the killed runner")
     done = scenario.run()
     assert done.returncode == 0, done.stderr[-3000:]
     assert scenario.states() == ["published"]

@@ -131,6 +131,42 @@ def test_a_pipelines_airflow_options_are_its_dags_settings() -> None:
                 assert (task.retries, task.retry_delay) == (5, timedelta(minutes=2)), (dag.dag_id, task.task_id)
 
 
+def test_compact_shape_is_plan_process_commit_and_publish_and_an_empty_done() -> None:
+    """AirflowOptions(shape="compact"): three tasks that run per batch; `done` is a gate the scheduler sets
+    (upstream failed when the batch failed: the run fails), `abort` after process or commit_and_publish."""
+    from eosbatch import AirflowOptions, KafkaSource, Pipeline, PostgresSink
+    from eosbatch.orchestration import dags
+
+    pipeline = Pipeline(name="compact_probe", source=KafkaSource(["probe_in"]), transform=lambda df: df,
+                        sink=PostgresSink("probe", key=["id"]), airflow=AirflowOptions(batches_per_run=2,
+                                                                                        shape="compact"))
+    micro = dags.microbatch_dag(pipeline)
+    down = {t.task_id: sorted(t.downstream_task_ids) for t in micro.tasks}
+    assert down == {
+        "batch_1.plan": ["batch_1.commit_and_publish", "batch_1.process"],
+        "batch_1.process": ["batch_1.abort", "batch_1.commit_and_publish"],
+        "batch_1.commit_and_publish": ["batch_1.abort", "batch_1.done", "batch_1_caught_up", "batch_1_failed"],
+        "batch_1.abort": ["batch_1.done"], "batch_1.done": [],
+        "batch_1_failed": ["batch_2.plan"], "batch_1_caught_up": ["batch_2.plan"],
+        "batch_2.plan": ["batch_2.commit_and_publish", "batch_2.process"],
+        "batch_2.process": ["batch_2.abort", "batch_2.commit_and_publish"],
+        "batch_2.commit_and_publish": ["batch_2.abort", "batch_2.done"], "batch_2.abort": ["batch_2.done"],
+        "batch_2.done": []}
+    assert all(isinstance(micro.get_task(f"batch_{n}.done"), dags.Gate) for n in (1, 2))
+    assert micro.description.endswith("plan -> process -> commit_and_publish")
+
+
+def test_a_tasks_parse_builds_only_its_own_dag(monkeypatch) -> None:
+    """In a task's process, Airflow's parsing context names the DAG: the DAG file builds only that one."""
+    from eosbatch.orchestration import dags
+
+    monkeypatch.setenv("EOSBATCH_PIPELINES", "examples.orders.pipeline")
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "eosbatch__orders_latest")
+    assert list(dags.registered()) == ["eosbatch__orders_latest"]
+    monkeypatch.delenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID")
+    assert len(dags.registered()) == 3 * len(PIPELINES)
+
+
 def test_backfill_dag_params_are_validated_json_schemas(dagbag) -> None:
     dag = dagbag.get_dag("eosbatch__order_totals__backfill")
     assert set(dag.task_ids) == {"plan", "batch", "done"}

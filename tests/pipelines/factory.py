@@ -28,17 +28,19 @@ def slowed(transform: Callable[[Any], Any], seconds: float) -> Callable[[Any], A
 
 
 def make(suffix: str, batch: int = 1500, start: str = "earliest", slow: float = 0,
-         batches_per_run: int | None = None) -> tuple[Pipeline, Pipeline]:
+         batches_per_run: int | None = None, shape: str | None = None) -> tuple[Pipeline, Pipeline]:
     """(crash_totals_<suffix>, crash_latest_<suffix>); `start` "latest": a pipeline started at the end;
     `slow`: seconds every Spark task of the totals pipeline's transform sleeps first; `batches_per_run`:
-    the most batches a run of their micro-batch DAGs processes (None: eosbatch's default). Without it, nothing
+    the most batches a run of their micro-batch DAGs processes (None: eosbatch's default); `shape`: their
+    micro-batch DAG's shape (AirflowOptions.shape; None: eosbatch's default). Without these, nothing
     newer than the previous release is imported or passed: tests/integration/test_upgrade.py loads this module
     with the previous release's eosbatch."""
     airflow: dict[str, Any] = {}
-    if batches_per_run is not None:
+    if batches_per_run is not None or shape is not None:
         from eosbatch import AirflowOptions
 
-        airflow["airflow"] = AirflowOptions(batches_per_run=batches_per_run)
+        options: dict[str, Any] = {"batches_per_run": batches_per_run} if batches_per_run is not None else {}
+        airflow["airflow"] = AirflowOptions(**options, **({"shape": shape} if shape else {}))
     totals = Pipeline(
         name=f"crash_totals_{suffix}",
         source=KafkaSource(topics=[f"crash_in_{suffix}"], max_records_per_batch=batch, value_schema=ORDER_SCHEMA,

@@ -58,6 +58,7 @@ def test_settings_become_default_args_lists_and_tags_become_tuples() -> None:
     ({"tags": ["x" * 101]}, "airflow.tags[0]"),
     ({"max_active_runs": 2}, "airflow.max_active_runs"),
     ({"max_active_runs": 0}, "airflow.max_active_runs"),
+    ({"shape": "fast"}, "airflow.shape"),
 ])
 def test_bad_options_fail_naming_the_field(overrides: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError) as raised:

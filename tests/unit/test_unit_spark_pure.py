@@ -101,3 +101,18 @@ def test_session_url_keeps_the_servers_parameters() -> None:
     assert session_url("sc://127.0.0.1:15002", "s1") == "sc://127.0.0.1:15002/;session_id=s1"
     assert session_url("sc://h:15002/", "s1") == "sc://h:15002/;session_id=s1"
     assert session_url("sc://h:443/;use_ssl=true", "s1") == "sc://h:443/;use_ssl=true;session_id=s1"
+
+
+def test_a_batch_of_many_more_ranges_than_cores_is_staged_by_one_task_per_core() -> None:
+    from eosbatch.spark import tasks
+
+    assert tasks.staging_tasks(ranges=1000, configured=0, cores=2) == 2
+    assert tasks.staging_tasks(ranges=1000, configured=0, cores=32) == 32
+    # a batch of few ranges keeps one task per range (the chaos and failure-matrix batches: 1-4 partitions)
+    assert tasks.staging_tasks(ranges=8, configured=0, cores=2) is None
+    assert tasks.staging_tasks(ranges=4, configured=0, cores=1) is None
+    assert not tasks.needs_cores(4, 0)  # no Spark job spent asking the cores for such a batch
+    # EOSBATCH_STAGING_WRITERS decides when set, whatever the ranges
+    assert tasks.staging_tasks(ranges=3, configured=1, cores=2) == 1
+    assert tasks.staging_tasks(ranges=1000, configured=16, cores=2) == 16
+    assert not tasks.needs_cores(1000, 16)
