@@ -99,9 +99,14 @@ def _bounds(settings: Settings, client: AdminClient, tps: list[TopicPartition]
         futures = client.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
                                       request_timeout=TIMEOUT)
         try:
-            return {TopicPartition(k.topic, k.partition): f.result().offset for k, f in futures.items()}
+            found = {TopicPartition(k.topic, k.partition): f.result().offset for k, f in futures.items()}
         except KafkaException as exc:
             raise to_eosbatch(exc, "listing offsets", settings.kafka_bootstrap) from exc
+        unknown = sorted(str(tp) for tp, offset in found.items() if offset < 0)
+        if unknown:  # -1001 (no offset): a partition whose leader was moving; never a log's start or end
+            raise KafkaUnavailable(f"kafka at {settings.kafka_bootstrap}: listing offsets: no offset for "
+                                   f"{', '.join(unknown)} (its leader is moving); retry")
+        return found
 
     low, stable = query(OffsetSpec.earliest()), query(OffsetSpec.latest())
     return {tp: PartitionBounds(low[tp], stable[tp]) for tp in tps}
