@@ -33,9 +33,10 @@ BATCH = 1500
 REQUEST_TIMEOUT_MS = 4000
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cluster(settings) -> Iterator[BrokerCluster]:
-    """The three-node cluster, started once for the session (tests/chaos/cluster.py) and stopped after it."""
+    """The three-node cluster, started once for this module (tests/chaos/cluster.py) and killed after it (three
+    JVMs the rest of the suite has no use for)."""
     started = start_cluster()
     try:
         yield started
