@@ -132,22 +132,22 @@ def _transaction_timeout(env: dict[str, str]) -> int:
 
 def connect_timeout_s(env: dict[str, str] | None = None) -> float:
     """EOSBATCH_CONNECT_TIMEOUT_S, validated (also for tools that need no other setting, like migrations)."""
-    env = dict(os.environ) if env is None else env
-    raw = env.get(CONNECT_TIMEOUT, "").strip() or str(DEFAULT_CONNECT_TIMEOUT_S)
-    value = _number(raw)
     # libpq counts whole seconds and treats 1 as 2; an hour is already far past any useful wait.
-    if not 1 <= value <= 3600:
-        raise ConfigError(CONNECT_TIMEOUT, f"must be a number of seconds in [1, 3600], got {raw!r}")
-    return value
+    return _seconds(env, CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT_S)
 
 
 def transaction_call_timeout_s(env: dict[str, str] | None = None) -> float:
     """EOSBATCH_TRANSACTION_CALL_TIMEOUT_S, validated: seconds in [1, 3600] (default 60)."""
+    return _seconds(env, TRANSACTION_CALL_TIMEOUT, DEFAULT_TRANSACTION_CALL_TIMEOUT_S)
+
+
+def _seconds(env: dict[str, str] | None, name: str, default: float) -> float:
+    """The setting `name` (a number of seconds in [1, 3600]) from `env` (None: the environment), else `default`."""
     env = dict(os.environ) if env is None else env
-    raw = env.get(TRANSACTION_CALL_TIMEOUT, "").strip() or str(DEFAULT_TRANSACTION_CALL_TIMEOUT_S)
+    raw = env.get(name, "").strip() or str(default)
     value = _number(raw)
     if not 1 <= value <= 3600:
-        raise ConfigError(TRANSACTION_CALL_TIMEOUT, f"must be a number of seconds in [1, 3600], got {raw!r}")
+        raise ConfigError(name, f"must be a number of seconds in [1, 3600], got {raw!r}")
     return value
 
 
