@@ -89,8 +89,10 @@ class Settings(NamedTuple):
     # after another.
     overlap: bool = False
     # One batch at a time: its records are produced into its open Kafka transaction while PostgreSQL commits
-    # it, and the Kafka transaction commits only after PostgreSQL's COMMIT (steps.commit_and_publish).
-    early_publish: bool = False
+    # it, and the Kafka transaction commits only after PostgreSQL's COMMIT (steps.commit_and_publish). On by
+    # default; where it does not apply (an overlapped run, the steps DAG shape, a backfill, an accumulate sink,
+    # ...) the log says why in one line.
+    early_publish: bool = True
     # Kafka's offsets.retention.minutes, in seconds: how long a marker outlives its last commit.
     marker_retention_s: float = 10080 * 60.0
     # "global": the process's OpenTelemetry MeterProvider (Airflow's with [metrics] otel_on; else the API's no-op);
@@ -242,7 +244,7 @@ def load(env: dict[str, str] | None = None) -> Settings:
                     _lease_seconds(env.get(LEASE_SECONDS, "").strip()), _spark_remote(env.get(SPARK_REMOTE, "")),
                     _spark_jars(env.get(SPARK_JARS, "")), _staging_writers(env.get(STAGING_WRITERS, "").strip()),
                     *_compaction(env), _flag(OVERLAP, env.get(OVERLAP, "")),
-                    _flag(EARLY_PUBLISH, env.get(EARLY_PUBLISH, "")),
+                    _flag(EARLY_PUBLISH, env.get(EARLY_PUBLISH) or "1"),
                     marker_retention_seconds(env),  # read by publish: a bad value fails now, not after a COMMIT
                     metrics_target(env.get(METRICS, "")), transaction_call_timeout_s(env))
 

@@ -152,6 +152,9 @@ def _batch_step(name: str, pipeline: str, batch_id: int, previous: Any = None, o
 
     step = sequence.step(name)
     with _task(name, pipeline, owner, step.lease, outlet_events if step.announces else None) as ctx:
+        if step is sequence.COMMIT and ctx.settings.early_publish and ctx.pipeline.output is not None:
+            ctx.log(f"batch {batch_id}: not published early (this DAG's steps shape commits and publishes in "
+                    "tasks of their own; AirflowOptions(shape=\"compact\") publishes early)")
         done = bound.call(step, ctx, batch_id, previous)
         if step.releases:
             _release(ctx, owner)

@@ -85,7 +85,7 @@ def process_on(spark: Any, ctx: Context, batch_id: int, fault: dict[str, str]) -
                              "nothing was marked staged")
     writers: dict[str, Any] = {"sink": _counts(sink_writers), "dead_letters": dead, "columns": names,
                                **({schema_sets.KEY: to_json(schemas)} if schemas else {})}
-    if added:  # the sink's shape changed for this batch: it publishes from the outbox (outbox.early_refusal)
+    if added:  # the sink's shape changed for this batch: it publishes from the outbox (outbox.refusal)
         writers["evolved"] = added
     if deleting:
         writers["deletes"] = True  # staged with the tombstone flag (sinks.stages_tombstones)

@@ -5,6 +5,7 @@ repeated order ids and malformed records."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -28,7 +29,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
     ("publish.after_kafka_commit", "latest", "committed"),
 ])
 def test_runner_killed_at_step_then_next_run_recovers_exactly_once(settings, unique, fault, kind, left):
+    """Commit, then publish from the outbox, one step after the other (early publish off: the next test
+    kills the runner at the same points with it on, the default)."""
     scenario = Scenario(settings, unique, kind)
+    scenario.env_overrides[config.EARLY_PUBLISH] = "0"
     crashed = scenario.run(fault, "--max-batches", "2")
     assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-2000:]
     assert "fault injected at" in crashed.stderr
@@ -65,11 +69,11 @@ def test_spark_task_attempt_dies_after_writing_staging_rows(settings, unique, tm
     ("publish.after_kafka_commit", "committed"),
 ])
 def test_early_publish_killed_at_each_point_then_next_run_recovers_exactly_once(settings, unique, fault, left):
-    """EOSBATCH_EARLY_PUBLISH: the batch's records go into its Kafka transaction while PostgreSQL commits it.
-    The runner dies at each point of that; the next run (early publish on too) leaves nothing lost, nothing
-    twice, in the sink and in the output read with read_committed."""
+    """Early publish, the default (EOSBATCH_EARLY_PUBLISH unset): the batch's records go into its Kafka
+    transaction while PostgreSQL commits it. The runner dies at each point of that; the next run (early publish
+    on too) leaves nothing lost, nothing twice, in the sink and in the output read with read_committed."""
     scenario = Scenario(settings, unique, "latest")
-    scenario.env_overrides[config.EARLY_PUBLISH] = "1"
+    assert not os.environ.get(config.EARLY_PUBLISH), "this test runs the default"
     done = scenario.run(fault, "--max-batches", "2")
     if fault is None:
         assert done.returncode == 0, done.stderr[-3000:]

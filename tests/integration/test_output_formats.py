@@ -84,8 +84,8 @@ def test_early_publish_and_the_outbox_produce_the_same_records_and_values_round_
                     sql.Identifier(sinks.WRITER_COLUMN), sql.SQL(", ").join(map(sql.Identifier, names)),
                     sql.SQL(", ").join(sql.Placeholder() * len(names))), (batch.id, *row))
             batch = batch._replace(writers={"sink": {"w:1": len(ROWS)}, "columns": names})
-            query = sinks.early_outbox_query(cur, pipeline, batch)
-            assert query is not None
+            query, why_not = sinks.early_outbox_query(cur, pipeline, batch)
+            assert query is not None, why_not
             reads.execute(query, {"batch": batch.id, "writers": ["w:1"]})
             early = reads.fetchall()
             moved = sinks.move_to_sink(cur, pipeline, batch, with_outbox=True, max_record_bytes=1_000_000)

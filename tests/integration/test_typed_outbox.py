@@ -124,8 +124,8 @@ def test_the_early_publish_query_renders_from_staging_what_the_commit_puts_in_th
                     sql.SQL(", ").join(map(sql.Identifier, names)), sql.SQL(", ").join(sql.Placeholder() * len(names))),
                     (batch.id, *row))
             batch = batch._replace(writers={"sink": {"w:1": len(rows)}, "columns": names})
-            query = sinks.early_outbox_query(cur, pipeline, batch)
-            assert query is not None
+            query, why_not = sinks.early_outbox_query(cur, pipeline, batch)
+            assert query is not None, why_not
             cur.execute(query, {"batch": batch.id, "writers": ["w:1"]})
             early = cur.fetchall()
             moved = sinks.move_to_sink(cur, pipeline, batch, with_outbox=True)
@@ -135,7 +135,9 @@ def test_the_early_publish_query_renders_from_staging_what_the_commit_puts_in_th
             assert cur.fetchone()[0] == "12.50"  # the typmod did apply
             cur.execute(sql.SQL("CREATE TRIGGER keep BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION "
                                 "suppress_redundant_updates_trigger()").format(sink))
-            assert sinks.early_outbox_query(cur, pipeline, batch) is None
+            assert sinks.early_outbox_query(cur, pipeline, batch) == (None, "the sink has triggers, rules, "
+                                                                      "partitions or children that may change "
+                                                                      "the row it stores")
     finally:
         connection.rollback()
         connection.close()
@@ -168,7 +170,9 @@ def test_no_early_publish_where_the_stored_key_or_row_may_differ_from_the_batch_
             lanes.lock_pipeline(cur, pipeline.name)
             batch = store.create_batch(cur, pipeline.name, "regular", 0, [], "g")
             batch = batch._replace(writers={"sink": {"w:1": 0}, "columns": ["k", "v"]})
-            assert (sinks.early_outbox_query(cur, pipeline, batch) is not None) is early
+            query, why_not = sinks.early_outbox_query(cur, pipeline, batch)
+            assert (query is not None) is early
+            assert (why_not is None) is early  # where it may not, the run's log line says why
     finally:
         connection.rollback()
         connection.close()

@@ -44,7 +44,6 @@ from eosbatch.ledger.sinks.names import (
 )
 from eosbatch.ledger.sinks.outbox import (
     early_outbox_query,
-    early_refusal,
     json_outbox_query,
     legacy_outbox,
     outbox_query,
@@ -57,7 +56,7 @@ __all__ = [
     "AMBIGUOUS_COLUMN", "AMBIGUOUS_KEY", "BATCH_COLUMN", "BYTE_ORDER_LOCALES", "DELETED_COLUMN", "RECORD_TOO_BIG",
     "SEQ_COLUMN", "TEXT_WIDTH", "TRANSIENT_TABLE", "WRITER_COLUMN", "Column", "KeyColumn", "KeyColumns", "Moved",
     "ShapeChanged", "SinkShape", "batch_rows", "copy_dead_letters", "deleted_table", "early_outbox_query",
-    "early_refusal", "ensure_deletes", "ensure_outbox", "ensure_tables", "evolve_sink", "insert_pays",
+    "ensure_deletes", "ensure_outbox", "ensure_tables", "evolve_sink", "insert_pays",
     "json_outbox_query", "json_size_bound", "key_columns", "legacy_outbox", "missing_staged", "move_to_sink",
     "outbox_query", "outbox_table", "position_columns", "result_columns", "sink_table", "stage_copy_target",
     "stage_table", "stages_tombstones", "table_types", "validate_columns",

@@ -71,21 +71,17 @@ EXACT_KEY_TYPES = frozenset({"smallint", "integer", "bigint", "text", "character
                              "boolean", "bytea", "timestamp without time zone", "timestamp with time zone"})
 
 
-def early_outbox_query(cur: Cursor, pipeline: Pipeline, batch: Batch) -> sql.Composed | None:
-    """early_query for this staged batch, from the catalog as it is now (None where early_refusal says why)."""
-    if pipeline.output is None or not mode_of(pipeline).may_publish_early:
-        return None
+def early_outbox_query(cur: Cursor, pipeline: Pipeline, batch: Batch) -> tuple[sql.Composed | None, str | None]:
+    """early_query for this staged batch, from the catalog as it is now, or None and why not (one phrase for
+    the run's log; no phrase without an output: there is nothing to publish)."""
+    if pipeline.output is None:
+        return None, None
     shape = catalog.read(cur, pipeline)
-    if refusal(shape, batch) is not None:
-        return None
     deleting = pipeline.sink.deletes is not None and bool((batch.writers or {}).get("deletes"))
-    return early_query(pipeline, shape, shape.batch_columns(batch), deleting)
-def early_refusal(cur: Cursor, pipeline: Pipeline, batch: Batch) -> str | None:
-    """Why this staged batch may not publish early although its mode could (one phrase for the run's log), or
-    None."""
-    if pipeline.output is None or not mode_of(pipeline).may_publish_early:
-        return None
-    return refusal(catalog.read(cur, pipeline), batch)
+    columns = shape.batch_columns(batch)
+    if why := refusal(shape, batch) or not_exact(pipeline, shape, columns, deleting):
+        return None, why
+    return early_query(pipeline, shape, columns, deleting), None
 
 
 def refusal(shape: SinkShape, batch: Batch) -> str | None:
@@ -123,20 +119,10 @@ def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str], deleti
     as the commit leaves it; a tombstone is rendered as the outbox renders a deleted row (the key, a NULL
     value, the tombstone's source position), though steps.early publishes no batch with tombstones early:
     whether one deletes a row depends on the sink, which its commit changes while this query reads."""
-    if pipeline.output is None or not mode_of(pipeline).may_publish_early:
-        return None
-    keys = shape.keys
-    if not keys.alike(pipeline.sink.key) or any(
-            re.sub(r"\(\d+(,\s*\d+)?\)", "", k.type) not in EXACT_KEY_TYPES for k in keys.stored.values()):
-        return None
-    if shape.nondeterministic_key or not shape.sink_exists or shape.rewrites_rows:
+    if pipeline.output is None or not_exact(pipeline, shape, columns, deleting) is not None:
         return None
     sink_types = shape.sink_types  # with typmods: the casts convert as storing does
-    rows, out = statements.batch_rows(pipeline, deletes.staged(columns) if deleting else columns,
-                                      bytewise=keys.bytewise)
-    out = [c for c in out if c != DELETED_COLUMN]
-    if not columns or any(c not in sink_types for c in out):
-        return None
+    rows, out = _early_rows(pipeline, shape, columns, deleting)
     casts = sql.SQL(", ").join(sql.SQL("CAST(c.{n} AS {t}) AS {n}").format(n=sql.Identifier(c),
                                                                            t=sql.SQL(sink_types[c])) for c in out)
     return sql.SQL("SELECT (row_number() OVER ())::text, {okey}, {src}, {published} "
@@ -144,6 +130,40 @@ def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str], deleti
         okey=rendering.key(pipeline.output, "r"), src=_source("r", out),
         published=_published(pipeline, "c", deleting), rows=rows, casts=casts,
         where=_early_deletes(pipeline, columns) if deleting else sql.SQL(""))
+
+
+def not_exact(pipeline: Pipeline, shape: SinkShape, columns: list[str], deleting: bool = False) -> str | None:
+    """Why early_query would not be exact for a batch that staged `columns` (one phrase for the run's log, in
+    early_query's terms), or None."""
+    if not (mode := mode_of(pipeline)).may_publish_early:
+        return f"its {mode.name} sink publishes what the commit computes from the stored rows"
+    keys = shape.keys
+    if not keys.alike(pipeline.sink.key):
+        return "the sink's key columns differ from the batch's in type"
+    if inexact := [k.type for k in keys.stored.values() if _bare(k.type) not in EXACT_KEY_TYPES]:
+        return f"the sink's key type(s) {inexact} may store an equal value in other bytes"
+    if shape.nondeterministic_key:
+        return "the sink's key has a nondeterministic collation"
+    if not shape.sink_exists:
+        return "the sink table does not exist yet"
+    if shape.rewrites_rows:
+        return "the sink has triggers, rules, partitions or children that may change the row it stores"
+    if not columns:
+        return "the batch staged no columns"
+    if missing := [c for c in _early_rows(pipeline, shape, columns, deleting)[1] if c not in shape.sink_types]:
+        return f"the sink has no column(s) {missing}"
+    return None
+
+
+def _bare(sql_type: str) -> str:
+    return re.sub(r"\(\d+(,\s*\d+)?\)", "", sql_type)
+
+
+def _early_rows(pipeline: Pipeline, shape: SinkShape, columns: list[str], deleting: bool
+                ) -> tuple[sql.Composed, list[str]]:
+    rows, out = statements.batch_rows(pipeline, deletes.staged(columns) if deleting else columns,
+                                      bytewise=shape.keys.bytewise)
+    return rows, [c for c in out if c != DELETED_COLUMN]
 
 
 def _early_deletes(pipeline: Pipeline, columns: list[str]) -> sql.Composed:
