@@ -188,6 +188,10 @@ def _stack(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     help="Kafka nodes (KRaft, each a broker and a controller): 3 for a replicated cluster, node i "
                          "on EOSBATCH_KAFKA_PORT + 3(i-1) (default: EOSBATCH_KAFKA_BROKERS, else as started "
                          "before, else 1)")
+    up.add_argument("--warm-up", type=int, default=300_000, metavar="RECORDS",
+                    help="a Spark Connect server this starts first runs RECORDS records, three times, through a "
+                         "batch's read, parse and staging paths, so that the first batch meets it warm "
+                         "(default %(default)s; 0: none)")
     actions.add_parser("down", help="stop it", description="Stop the stack (every Kafka node).")
     broker = actions.add_parser("broker", help="stop or start one node of the Kafka cluster",
                                 description="Stop (SIGTERM: a controlled shutdown, its leaderships move) or start "

@@ -54,7 +54,7 @@ def stack(args: argparse.Namespace) -> None:
         # Progress on stderr: stdout carries only the exports, for `eval "$(eosbatch stack up)"`.
         info = commands.stack_up(log=_to_stderr, spark_cluster=args.spark_cluster,
                                   schema_registry=args.schema_registry, postgres_replica=args.postgres_replica,
-                                  kafka_brokers=args.kafka_brokers)
+                                  kafka_brokers=args.kafka_brokers, warm_up_records=args.warm_up)
         for key, value in info.env().items():
             print(f"export {key}={shlex.quote(value)}")
     elif args.action == "down":

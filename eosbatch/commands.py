@@ -35,10 +35,12 @@ def context(pipeline: str, log: Log = print) -> Context:
 
 def stack_up(log: Log = print, spark_cluster: bool | None = None,
              schema_registry: bool | None = None, postgres_replica: str | None = None,
-             kafka_brokers: int | None = None) -> StackInfo:
+             kafka_brokers: int | None = None, warm_up_records: int = 0) -> StackInfo:
     from eosbatch import stack
 
-    return stack.up(log, spark_cluster, schema_registry, postgres_replica, kafka_brokers)
+    if warm_up_records < 0:
+        raise ConfigError("--warm-up", f"must be 0 (none) or a number of records, got {warm_up_records}")
+    return stack.up(log, spark_cluster, schema_registry, postgres_replica, kafka_brokers, warm_up_records)
 
 
 def stack_env(spark_cluster: bool | None = None, schema_registry: bool | None = None,

@@ -11,6 +11,7 @@ All state lives under one folder (`EOSBATCH_HOME`, default `.eosbatch/` in the c
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -173,13 +174,15 @@ def _artifact(file_name: str) -> str:
 
 def up(log=print, spark_cluster: bool | None = None,  # type: ignore[no-untyped-def]
        schema_registry: bool | None = None, postgres_replica: str | None = None,
-       kafka_brokers: int | None = None) -> StackInfo:
+       kafka_brokers: int | None = None, warm_up_records: int = 0) -> StackInfo:
     """Install what is missing, start what is stopped, and return once every service is usable; Kafka with
     `kafka_brokers` nodes (None: EOSBATCH_KAFKA_BROKERS, else as formatted before, else 1); with
     `spark_cluster` (None: EOSBATCH_SPARK_CLUSTER decides) the cluster too, and the exports point at it; with
     `schema_registry` (None: EOSBATCH_SCHEMA_REGISTRY decides) the schema registry too, and its URL is exported;
     with `postgres_replica` "sync" or "async" (None: EOSBATCH_POSTGRES_REPLICA decides; "": none) a streaming
-    replica of PostgreSQL too, and the exported URL names both servers."""
+    replica of PostgreSQL too, and the exported URL names both servers. A Connect server started by this call
+    first runs `warm_up_records` records through a batch's read, parse and staging paths (eosbatch.engine.warm_up;
+    0: none), so that the first batch meets a server past its JIT's first minutes."""
     with_replica = replica_wanted() if postgres_replica is None else postgres_replica
     on_cluster = cluster_wanted() if spark_cluster is None else spark_cluster
     with_registry = registry_wanted() if schema_registry is None else schema_registry
@@ -193,6 +196,7 @@ def up(log=print, spark_cluster: bool | None = None,  # type: ignore[no-untyped-
     log(f"postgres: running on 127.0.0.1:{postgres.port} ({time.monotonic() - started:.1f}s)")
     jars = kafka.install(root / "cache")
     kafka.start(jars)
+    starting = connect.pid() is None and connect.supervisor_pid() is None
     connect.start(connector_jars(root))  # starts alongside the broker: both take a JVM's start
     postgres.wait_ready()
     if with_replica:
@@ -212,7 +216,25 @@ def up(log=print, spark_cluster: bool | None = None,  # type: ignore[no-untyped-
         cluster_up(log)
     if with_registry:
         registry_up(log)
-    return status(on_cluster, with_registry, bool(with_replica), kafka.brokers)
+    info = status(on_cluster, with_registry, bool(with_replica), kafka.brokers)
+    if starting and warm_up_records > 0:
+        warm_engine(info, warm_up_records, log)
+    return info
+
+
+def warm_engine(info: StackInfo, records: int, log=print) -> None:  # type: ignore[no-untyped-def]
+    """Warm the stack's Spark Connect server (eosbatch.engine.warm_up) with `records` records, over its Kafka."""
+    from eosbatch.engine import warm_up
+
+    started = time.monotonic()
+    settings = config.load({**os.environ, **info.env(), config.SPARK_REMOTE: info.spark_remote})
+    warm_up.warm(settings, records, log=log)
+    log(f"spark-connect: warmed up ({time.monotonic() - started:.1f}s)")
+
+
+def wait_for_engine(timeout: float = 120.0) -> None:
+    """Return once the stack's Spark Connect server listens (after its supervisor restarted it, say)."""
+    _parts(home())[2].wait_ready(timeout)
 
 
 def cluster_up(log=print) -> ClusterStatus:  # type: ignore[no-untyped-def]

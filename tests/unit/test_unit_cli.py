@@ -67,6 +67,13 @@ def test_the_flags_parse() -> None:
                  ["status", "p"], ["ranges", "p"]):
         assert parser().parse_args([*argv, "--json"]).json is True
     assert parser().parse_args(["stack", "up", "--spark-cluster"]).spark_cluster is True
+    assert parser().parse_args(["stack", "up"]).warm_up == 300_000  # a Connect server it starts is warmed
+    assert parser().parse_args(["stack", "up", "--warm-up", "0"]).warm_up == 0
+
+
+def test_a_negative_warm_up_fails_fast_naming_the_flag() -> None:
+    with pytest.raises(config.ConfigError, match="--warm-up"):
+        commands.stack_up(log=lambda _: None, warm_up_records=-1)
 
 
 # ---------------------------------------------------------------- asking
