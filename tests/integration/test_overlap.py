@@ -35,6 +35,8 @@ def test_an_overlapped_run_overlaps_its_steps_and_is_exactly_once(settings, uniq
     done = scenario.run(None, "--overlap")
     assert done.returncode == 0, done.stderr[-3000:]
     scenario.assert_exactly_once()
+    # early publish is on by default and does not apply here: the run says so, once
+    assert done.stdout.count("not published early (an overlapped run") == 1, done.stdout[-3000:]
     events = _events(done.stdout)
     planned = _order(events, "planned")
     assert len(planned) >= 5, done.stdout[-3000:]

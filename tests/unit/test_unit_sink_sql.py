@@ -198,6 +198,22 @@ def test_no_early_query_where_the_stored_rows_may_differ(why) -> None:
     else:
         s = shape(sink_exists=False, sink_types={})
     assert outbox.early_query(p, s, columns) is None
+    assert outbox.not_exact(p, s, columns) == NOT_EARLY[why]  # the run's one log line says why
+
+
+NOT_EARLY = {
+    "accumulate": "its accumulate sink publishes what the commit computes from the stored rows",
+    "numeric key": "the sink's key type(s) ['numeric'] may store an equal value in other bytes",
+    "unlike keys": "the sink's key columns differ from the batch's in type",
+    "nondeterministic": "the sink's key has a nondeterministic collation",
+    "trigger": "the sink has triggers, rules, partitions or children that may change the row it stores",
+    "missing column": "the sink has no column(s) ['extra']",
+    "no sink": "the sink table does not exist yet"}
+
+
+def test_an_early_query_has_no_reason_against_it() -> None:
+    assert outbox.not_exact(pipeline(), shape(), ["k", "n2"]) is None
+    assert outbox.not_exact(pipeline(), shape(), []) == "the batch staged no columns"
 
 
 def test_a_record_too_big_is_a_dead_letter_against_its_source_or_the_output_topic() -> None:
