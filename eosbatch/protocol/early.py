@@ -10,6 +10,15 @@ published from its outbox, as always.
 from __future__ import annotations
 
 
+def not_for_batch(enabled: bool, lane: str) -> str | None:
+    """Why a staged batch is not published early whatever its sink (one phrase for the run's log), or None."""
+    if not enabled:
+        return "EOSBATCH_EARLY_PUBLISH is off"
+    if lane != "regular":
+        return "a backfill-lane batch: early publish is for the regular lane"
+    return None
+
+
 def drop_reason(committed_here: bool, produce_error: str | None, outbox_records: int | None,
                 produced: int | None, commit_seq: int | None, expected_seq: int) -> str | None:
     """Why the early transaction must be dropped (aborted), or None when it may commit."""

@@ -43,16 +43,15 @@ def commit_and_publish(ctx: Context, batch_id: int) -> store.Batch:
     query = None
     with store.transaction(settings) as cur:
         batch = store.get_batch(cur, batch_id)
-        if batch.state == "staged" and batch.publish and lane(batch.kind) != "regular":
-            log(f"batch {batch_id}: not published early (early publish is for the regular lane; a backfill "
-                "batch commits, then publishes from the outbox)")
-        elif batch.state == "staged" and batch.publish:
-            lanes.check_lane_epoch(cur, batch, batch.epoch)  # a resumed zombie stops before fencing anyone
-            query, why_not = sinks.early_outbox_query(cur, pipeline, batch)
+        if batch.state == "staged" and batch.publish:
+            why_not = early.not_for_batch(settings.early_publish, lane(batch.kind))
+            if why_not is None:
+                lanes.check_lane_epoch(cur, batch, batch.epoch)  # a resumed zombie stops before fencing anyone
+                query, why_not = sinks.early_outbox_query(cur, pipeline, batch)
+                sequence = commits.upcoming_commit_seq(cur, pipeline.name)
             if why_not:
                 log(f"batch {batch_id}: not published early ({why_not}); committing, then publishing from "
                     "the outbox")
-            sequence = commits.upcoming_commit_seq(cur, pipeline.name)
     staged: dict[str, Any] = dict(batch.writers or {}) if query is not None else {}
     if tombstones := int(staged.get("tombstones") or 0):
         log(f"batch {batch_id}: not published early: its {tombstones} tombstone(s) delete only the rows the "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eosbatch.protocol.early import drop_reason, kafka_commit_failed
+from eosbatch.protocol.early import drop_reason, kafka_commit_failed, not_for_batch
 
 pytestmark = pytest.mark.unit
 
@@ -42,3 +42,9 @@ def test_the_first_reason_found_is_the_one_given() -> None:
 
 def test_a_failed_kafka_commit_is_named() -> None:
     assert kafka_commit_failed(RuntimeError("fenced?")) == "its Kafka commit failed (fenced?)"
+
+
+def test_early_publish_is_for_regular_batches_while_it_is_on() -> None:
+    assert not_for_batch(True, "regular") is None
+    assert not_for_batch(True, "backfill") == "a backfill-lane batch: early publish is for the regular lane"
+    assert not_for_batch(False, "regular") == "EOSBATCH_EARLY_PUBLISH is off"
