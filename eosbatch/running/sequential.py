@@ -8,7 +8,7 @@ from eosbatch import lease as leases
 from eosbatch import steps
 from eosbatch.context import Context
 from eosbatch.exceptions import EosbatchError
-from eosbatch.ledger import store
+from eosbatch.ledger import sinks, store
 from eosbatch.protocol import sequence
 from eosbatch.protocol.states import lane
 from eosbatch.running import overlapped
@@ -22,9 +22,9 @@ def run_batch(ctx: Context, batch: store.Batch, owner: str | None = None) -> sto
     this process) is checked before each step that needs it and renewed by a heartbeat meanwhile; a runner
     that finds it lost stops with LaneLost."""
     settings = ctx.settings
+    early = settings.early_publish and sinks.never_early(ctx.pipeline) is None
     with leases.Heartbeat(settings, ctx.pipeline.name, lane(batch.kind), owner or leases.runner_id()) as lease:
-        done: store.Batch = bound.run_in_order(ctx, batch.id, sequence.after_plan(settings.early_publish),
-                                               lease.check)
+        done: store.Batch = bound.run_in_order(ctx, batch.id, sequence.after_plan(early), lease.check)
     return done
 
 
@@ -36,6 +36,8 @@ def run(ctx: Context, max_batches: int | None = None, overlap: bool | None = Non
     if ctx.settings.overlap if overlap is None else overlap:
         return overlapped.run(ctx, max_batches)
     owner = leases.runner_id()
+    if ctx.settings.early_publish and (why_not := sinks.never_early(ctx.pipeline)):
+        ctx.log(f"not published early ({why_not}): each batch commits, then publishes from the outbox")
     summary = RunSummary(0, 0, 0, 0, 0)
     try:
         while max_batches is None or summary.batches < max_batches:

@@ -46,6 +46,7 @@ from eosbatch.ledger.sinks.outbox import (
     early_outbox_query,
     json_outbox_query,
     legacy_outbox,
+    never_early,
     outbox_query,
 )
 from eosbatch.ledger.sinks.rendering import TEXT_WIDTH, json_size_bound
@@ -58,6 +59,7 @@ __all__ = [
     "ShapeChanged", "SinkShape", "batch_rows", "copy_dead_letters", "deleted_table", "early_outbox_query",
     "ensure_deletes", "ensure_outbox", "ensure_tables", "evolve_sink", "insert_pays",
     "json_outbox_query", "json_size_bound", "key_columns", "legacy_outbox", "missing_staged", "move_to_sink",
+    "never_early",
     "outbox_query", "outbox_table", "position_columns", "result_columns", "sink_table", "stage_copy_target",
     "stage_table", "stages_tombstones", "table_types", "validate_columns",
 ]

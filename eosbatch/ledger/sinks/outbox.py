@@ -132,6 +132,15 @@ def early_query(pipeline: Pipeline, shape: SinkShape, columns: list[str], deleti
         where=_early_deletes(pipeline, columns) if deleting else sql.SQL(""))
 
 
+def never_early(pipeline: Pipeline) -> str | None:
+    """Why none of this pipeline's batches can be published early (one phrase for the run's log), or None."""
+    if pipeline.output is None:
+        return "the pipeline has no output topic"
+    if not (mode := mode_of(pipeline)).may_publish_early:
+        return f"its {mode.name} sink publishes what the commit computes from the stored rows"
+    return None
+
+
 def not_exact(pipeline: Pipeline, shape: SinkShape, columns: list[str], deleting: bool = False) -> str | None:
     """Why early_query would not be exact for a batch that staged `columns` (one phrase for the run's log, in
     early_query's terms), or None."""
