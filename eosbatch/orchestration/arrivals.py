@@ -39,20 +39,22 @@ def records_behind(position: Position) -> int:
 
 
 def decide(last_fired: Position | None, now: Position) -> tuple[bool, Position | None]:
-    """(fire?, what to remember). Fires once when the pipeline falls behind, then again only when the
-    position moves while still behind: the LSO advanced (more data), or the ledger advanced without catching
-    up (a backlog larger than one run). Caught up, it forgets, so the next arrival fires. Never once per
-    record: at most once per poll, and not at all while nothing moves (a failed run is not retried in a loop).
-    """
+    """(fire?, what to remember). Fires once when the pipeline falls behind, then again only when, still
+    behind, the source moved (a last stable offset advanced: more data) or the ledger advanced without
+    catching up (a backlog larger than one run). A plan that only starts tracking partitions is no advance.
+    Caught up, it forgets, so the next arrival fires. Never once per record: at most once per poll, and not at
+    all while nothing moves (a failed run is not retried in a loop)."""
     if not behind(now.stable, now.next_offsets):
         return False, None
-    if last_fired is not None and _same(last_fired, now):
-        return False, last_fired
-    return True, now
+    if last_fired is None or advanced(last_fired.stable, now.stable) or \
+            advanced(last_fired.next_offsets, now.next_offsets):
+        return True, now
+    return False, Position(last_fired.stable, {**last_fired.next_offsets, **now.next_offsets})
 
 
-def _same(a: Position, b: Position) -> bool:
-    return dict(a.stable) == dict(b.stable) and dict(a.next_offsets) == dict(b.next_offsets)
+def advanced(before: Mapping[Partition, int], after: Mapping[Partition, int]) -> bool:
+    """Some partition known before is further on after (a partition seen for the first time is not)."""
+    return any(tp in before and offset > before[tp] for tp, offset in after.items())
 
 
 def payload(pipeline: str, position: Position) -> dict[str, Any]:

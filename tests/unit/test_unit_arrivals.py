@@ -51,6 +51,16 @@ def test_fires_again_when_a_run_left_a_backlog() -> None:
     assert fire
 
 
+def test_a_plan_that_only_starts_tracking_partitions_does_not_fire_again() -> None:
+    _, last = decide(None, Position({A0: 10, A1: 4}, {}))  # a new pipeline: its first run tracks them
+    fire, last = decide(last, Position({A0: 10, A1: 4}, {A0: 0, A1: 0}))
+    assert not fire and last is not None
+    fire, _ = decide(last, Position({A0: 10, A1: 4}, {A0: 0, A1: 0}))
+    assert not fire
+    fire, _ = decide(last, Position({A0: 10, A1: 4}, {A0: 10, A1: 0}))  # its first batch, not caught up yet
+    assert fire
+
+
 def test_caught_up_forgets_so_the_next_arrival_fires() -> None:
     _, last = decide(None, Position({A0: 10}, {A0: 5}))
     fire, last = decide(last, Position({A0: 10}, {A0: 10}))
