@@ -6,13 +6,13 @@ from __future__ import annotations
 import dataclasses
 
 from eosbatch import AirflowOptions, KafkaOutput, KafkaSource, PostgresSink
-from examples.orders.pipeline import ORDER_SCHEMA, orders_latest
+from examples.orders import pipeline as orders  # the module, not its pipelines: they are not registered here
 
 INPUT, OUTPUT = "latency_in", "latency_out"
 
 latency_latest = dataclasses.replace(
-    orders_latest, name="latency_latest", schedule=None,
+    orders.orders_latest, name="latency_latest", schedule=None,
     airflow=AirflowOptions(trigger="data", shape="compact"),
-    source=KafkaSource(topics=[INPUT], max_records_per_batch=50_000, value_schema=ORDER_SCHEMA),
+    source=KafkaSource(topics=[INPUT], max_records_per_batch=50_000, value_schema=orders.ORDER_SCHEMA),
     sink=PostgresSink(table="latency_latest", key=["order_id"]),
     output=KafkaOutput(topic=OUTPUT, key="order_id"))
