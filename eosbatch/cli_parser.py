@@ -131,7 +131,7 @@ def parser() -> Parser:
     _dry_run(abort, "print the batches that would be aborted; change nothing")
     _user_tools(sub)
     # ---- airflow: a local Airflow on the stack (eosbatch.orchestration.local)
-    airflow_cmd = sub.add_parser("airflow", help="a local Airflow (API server, scheduler, DAG processor)",
+    airflow_cmd = sub.add_parser("airflow", help="a local Airflow (API server, scheduler, DAG processor, triggerer)",
                                  description="A local Airflow on the stack.")
     actions = airflow_cmd.add_subparsers(dest="action", required=True, metavar="ACTION")
     actions.add_parser("up", help="start it; prints the exports", description="Start the local Airflow.")

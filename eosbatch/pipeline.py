@@ -244,6 +244,11 @@ def transform_arity(transform: object) -> int:
 BATCHES_PER_RUN = 4
 MOST_BATCHES_PER_RUN = 50
 DAG_SHAPES = ("steps", "compact")  # AirflowOptions.shape: a task per step, or plan -> process -> commit_and_publish
+# AirflowOptions.trigger: runs on the pipeline's `schedule` (or only when triggered), or when its source has new
+# committed records (an Asset watched by a trigger in the triggerer: eosbatch.orchestration.arrivals).
+DAG_TRIGGERS = ("schedule", "data")
+DATA_POLL_SECONDS = 1.0
+DATA_POLL_RANGE = (0.1, 3600.0)
 _CALLBACKS = ("on_failure_callback", "on_success_callback", "on_retry_callback")
 
 
@@ -274,6 +279,9 @@ class AirflowOptions:
     tasks plan -> process -> commit -> publish -> finalize (and `done`), "steps", or, "compact", as plan ->
     process -> commit_and_publish (early publish: commit, publish and finalize in one task), for small
     frequent batches where Airflow's start of each task costs more than the work (docs/airflow-dags.md).
+    `trigger`: "schedule", runs on the pipeline's `schedule`; "data", a run whenever the source's last stable
+    offsets pass the ledger's next offsets (the DAG is scheduled on a watched Asset; the pipeline's `schedule`
+    must then be None), checked every `data_poll_seconds` by Airflow's triggerer.
     """
 
     batches_per_run: int = BATCHES_PER_RUN
@@ -288,6 +296,8 @@ class AirflowOptions:
     tags: Sequence[str] = ()
     max_active_runs: int = 1
     shape: str = "steps"
+    trigger: str = "schedule"
+    data_poll_seconds: float = DATA_POLL_SECONDS
 
     def __post_init__(self) -> None:
         cap = self.batches_per_run
@@ -315,6 +325,13 @@ class AirflowOptions:
         object.__setattr__(self, "tags", tuple(self.tags))
         if self.shape not in DAG_SHAPES:
             raise ConfigError("airflow.shape", f"must be one of {', '.join(DAG_SHAPES)}, got {self.shape!r}")
+        if self.trigger not in DAG_TRIGGERS:
+            raise ConfigError("airflow.trigger", f"must be one of {', '.join(DAG_TRIGGERS)}, got {self.trigger!r}")
+        low, high = DATA_POLL_RANGE
+        poll = self.data_poll_seconds
+        if not isinstance(poll, (int, float)) or isinstance(poll, bool) or not low <= poll <= high:
+            raise ConfigError("airflow.data_poll_seconds", f"must be a number of seconds from {low:g} to {high:g}, "
+                                                           f"got {poll!r}")
         if self.max_active_runs != 1 or isinstance(self.max_active_runs, bool):
             raise ConfigError("airflow.max_active_runs", f"must be 1, got {self.max_active_runs!r}: a run holds the "
                                                          "pipeline's lane lease, so two runs at once would only "
@@ -355,6 +372,9 @@ class Pipeline:
             raise ConfigError("output", f"must be a KafkaOutput or None, got {type(self.output).__name__}")
         if not isinstance(self.airflow, AirflowOptions):
             raise ConfigError("airflow", f"must be an AirflowOptions, got {type(self.airflow).__name__}")
+        if self.airflow.trigger == "data" and self.schedule is not None:
+            raise ConfigError("schedule", f"must be None with airflow.trigger='data' (runs start when data arrives), "
+                                          f"got {self.schedule!r}")
         object.__setattr__(self, "_transform_arity", transform_arity(self.transform))
         if self.output is not None and self.output.topic in self.source.topics:
             raise ConfigError("output.topic", "must differ from the source topics (a pipeline cannot read itself)")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command from a fresh clone: set up, start the embedded stack and a real local Airflow (API server,
-# scheduler, DAG processor; LocalExecutor; metadata in the stack's PostgreSQL) serving the DAGs of
+# scheduler, DAG processor, triggerer; LocalExecutor; metadata in the stack's PostgreSQL) serving the DAGs of
 # EOSBATCH_PIPELINES (the demo pipelines by default).
 #   ./scripts/airflow.sh          up; prints how to reach it
 #   ./scripts/airflow.sh demo     up, then demo input into `orders` and one run of eosbatch__order_totals

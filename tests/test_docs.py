@@ -121,6 +121,19 @@ def test_the_pipeline_page_defines_a_pipeline_as_written() -> None:
     assert pipeline.sink.mode == "accumulate" and pipeline.output is not None
 
 
+@pytest.mark.unit
+def test_the_event_driven_example_builds_as_written() -> None:
+    """docs/airflow-dags.md's pipeline of event-driven runs: its DAG is scheduled on the watched source Asset."""
+    from eosbatch.orchestration import dags
+
+    section = (ROOT / "docs" / "airflow-dags.md").read_text().split("## Event-driven runs", 1)[1]
+    found: dict = {}
+    exec(compile(re.findall(r"^```python\n(.*?)^```", section, re.S | re.M)[0], "docs/airflow-dags.md", "exec"),
+         found)
+    [asset] = dags.schedule(found["orders_latest_live"])
+    assert asset.uri == "x-eosbatch://orders_latest_live/source" and len(asset.watchers) == 1
+
+
 @pytest.mark.integration
 @pytest.mark.spark
 def test_the_readme_quickstart_runs_as_written(settings, tmp_path) -> None:

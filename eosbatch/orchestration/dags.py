@@ -6,7 +6,8 @@
   finalized (a lane allows one unfinished batch), through two gates after each group: `batch_K_failed` (a task
   of batch K failed) and `batch_K_caught_up` (batch K's plan found nothing new); the next plan runs only when
   neither holds (trigger rule all_skipped), so a caught-up plan or a failed batch skips the rest of the run in
-  the scheduler, without running a task. The pipeline's `schedule` is the DAG's; one run at a time.
+  the scheduler, without running a task. The pipeline's `schedule` is the DAG's (with AirflowOptions(trigger=
+  "data"), a watched Asset: a run when data arrives, eosbatch/orchestration/triggers.py); one run at a time.
 - `eosbatch__<pipeline>__backfill`: params `ranges` or `from`/`to`, `mode`, `publish`; `plan` (a dry run:
   validates the request, shows the plan, changes nothing) -> `batch`, one mapped instance per planned batch
   (one at a time, in order; each retried or cleared alone) -> `done`.
@@ -187,13 +188,23 @@ def _batch_task(pipeline: Pipeline, step: sequence.Step, retry: dict[str, Any]) 
     return run_step
 
 
+def schedule(pipeline: Pipeline) -> Any:
+    """The micro-batch DAG's schedule: the pipeline's `schedule`, or, with AirflowOptions(trigger="data"), the
+    source Asset that the triggerer watches (eosbatch.orchestration.triggers)."""
+    if pipeline.airflow.trigger == "data":
+        from eosbatch.orchestration import triggers
+
+        return [triggers.source_asset(pipeline)]
+    return pipeline.schedule
+
+
 def microbatch_dag(pipeline: Pipeline) -> DAG:
     """Up to `batches_per_run` micro-batches, one TaskGroup each (`batch_1` ..), one after another: each
     group's plan runs once the batch before it is finalized, and neither failed nor found nothing new. With
     AirflowOptions(shape="compact"), a group is plan -> process -> commit_and_publish (and `abort`)."""
     name, most = pipeline.name, pipeline.airflow.batches_per_run
     shown = " -> ".join(["plan", *(step.name for step in steps_after_plan(pipeline))])
-    with DAG(dag_id=dag_id(name), schedule=pipeline.schedule, start_date=START, catchup=False,
+    with DAG(dag_id=dag_id(name), schedule=schedule(pipeline), start_date=START, catchup=False,
              max_active_runs=pipeline.airflow.max_active_runs, default_args=_defaults(pipeline),
              tags=_tags(pipeline), doc_md=__doc__,
              description=f"eosbatch micro-batches of {name}, up to {most} per run: {shown}") as dag:

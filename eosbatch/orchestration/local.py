@@ -1,9 +1,11 @@
-"""A real local Airflow on the embedded stack: API server, scheduler and DAG processor (LocalExecutor),
+"""A real local Airflow on the embedded stack: API server, scheduler, DAG processor and triggerer (LocalExecutor),
 the metadata database `airflow` in the stack's PostgreSQL, DAGs from the repository's `dags/`.
 
 State lives in `<stack home>/airflow` (AIRFLOW_HOME): airflow.cfg, generated secrets, task logs, and each
 component's pid file and log under `processes/`. Ports: the API server on EOSBATCH_AIRFLOW_PORT (18080),
-the scheduler's health check on the next port, the task log server on the one after.
+the scheduler's health check on the next port, the task log server on the one after, the triggerer's log
+server on the one after that. The triggerer runs the watchers of event-driven pipelines (AirflowOptions(
+trigger="data"), eosbatch/orchestration/triggers.py).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ DATABASE = "airflow"
 DEFAULT_PIPELINES = "examples.orders.pipeline"
 REPO = Path(__file__).resolve().parents[2]
 # Started in this order: tasks report to the API server (execution API), so it comes first.
-COMPONENTS = ("api-server", "scheduler", "dag-processor")
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 Log = Callable[[str], None]
 
 
@@ -44,8 +46,8 @@ def home() -> Path:
 
 def api_port(env: Mapping[str, str] | None = None) -> int:
     raw = (os.environ if env is None else env).get(PORT, str(DEFAULT_PORT))
-    if not raw.isdigit() or not 1024 <= int(raw) <= 65533:
-        raise config.ConfigError(PORT, f"must be a port number between 1024 and 65533, got {raw!r}")
+    if not raw.isdigit() or not 1024 <= int(raw) <= 65532:  # it and the next three (see above)
+        raise config.ConfigError(PORT, f"must be a port number between 1024 and 65532, got {raw!r}")
     return int(raw)
 
 
@@ -104,6 +106,7 @@ scheduler_idle_sleep_time = 0.2
 [logging]
 base_log_folder = {airflow_home / "logs"}
 worker_log_server_port = {port + 2}
+trigger_log_server_port = {port + 3}
 
 [dag_processor]
 refresh_interval = 30
@@ -262,7 +265,7 @@ def wait_healthy(timeout: float = 180.0) -> dict[str, str]:
                 raise AirflowSetupError(f"airflow: the {name} exited during start; see {log_file(name)}:\n"
                                         f"{processes.tail(log_file(name))}")
         last = health()
-        wanted = ("metadatabase", "scheduler", "dag_processor")
+        wanted = ("metadatabase", "scheduler", "dag_processor", "triggerer")
         if last and all(last.get(part) == "healthy" for part in wanted):
             return last
         time.sleep(1)

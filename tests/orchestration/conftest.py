@@ -22,7 +22,7 @@ local.write_config()
 # catch-up test's pipeline runs up to CATCHUP_CAP small batches per run.
 ROLES = {"e2e": ("earliest", 100_000), "kill": ("earliest", 100_000), "history": ("latest", 1000),
          "pair": ("earliest", 100_000), "secured": ("earliest", 100_000), "ui": ("latest", 1000),
-         "catchup": ("earliest", 300), "compact": ("earliest", 100_000)}
+         "catchup": ("earliest", 300), "compact": ("earliest", 100_000), "data": ("earliest", 100_000)}
 CATCHUP_CAP = 4
 
 DOWNSTREAM_DAG = """
@@ -65,9 +65,10 @@ def scheduler(settings, tmp_path_factory) -> Iterator[LocalAirflow]:
     # the pair's totals pipeline 8 s: long enough for the other pipeline's process to run beside it.
     slow = {"kill": "15", "pair": "8"}
     cap = {"catchup": str(CATCHUP_CAP)}
-    shape = {"compact": "compact"}  # AirflowOptions(shape="compact")
+    shape = {"compact": "compact", "data": "compact"}  # AirflowOptions(shape="compact")
+    trigger = {"data": "data"}  # AirflowOptions(trigger="data"): a run when data arrives
     specs = ",".join(f"{suffixes[role]}:{start}:{batch}:{slow.get(role, '')}:{cap.get(role, '')}:{shape.get(role, '')}"
-                     for role, (start, batch) in ROLES.items())
+                     f":{trigger.get(role, '')}" for role, (start, batch) in ROLES.items())
     # A user's downstream DAG, in a DAG bundle of its own, scheduled on the e2e pipeline's sink asset.
     users = tmp_path_factory.mktemp("users_dags")
     (users / "downstream.py").write_text(DOWNSTREAM_DAG.replace("{suffix}", suffixes["e2e"]))

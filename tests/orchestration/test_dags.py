@@ -201,9 +201,11 @@ def test_replay_dag_requires_an_integer_batch_id(dagbag) -> None:
             check_conf(dag, conf)
 
 
-def test_parsing_the_dag_file_imports_nothing_heavy(tmp_path) -> None:
+@pytest.mark.parametrize(("modules", "pipelines"), [("examples.orders.pipeline", len(PIPELINES)),
+                                                     ("bench.latency_pipelines", 1)])  # event-driven: a watcher
+def test_parsing_the_dag_file_imports_nothing_heavy(tmp_path, modules, pipelines) -> None:
     """A fresh AIRFLOW_HOME (SQLite metadata) so that Airflow itself loads no PostgreSQL driver: what is
-    imported then is the DAG file's doing."""
+    imported then is the DAG file's doing (an event-driven pipeline's trigger included)."""
     probe = (
         "import json, runpy, sys\n"
         f"found = runpy.run_path({str(DAG_FILE)!r})\n"
@@ -211,13 +213,12 @@ def test_parsing_the_dag_file_imports_nothing_heavy(tmp_path) -> None:
         " 'eosbatch.ledger') if m in sys.modules]\n"
         "print(json.dumps({'dags': sorted(k for k in found if k.startswith('eosbatch__')), 'heavy': heavy}))\n"
     )
-    env = {**os.environ, "EOSBATCH_PIPELINES": "examples.orders.pipeline", "PYTHONPATH": str(ROOT),
-           "AIRFLOW_HOME": str(tmp_path)}
+    env = {**os.environ, "EOSBATCH_PIPELINES": modules, "PYTHONPATH": str(ROOT), "AIRFLOW_HOME": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120,
                           check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(result["dags"]) == 3 * len(PIPELINES)
+    assert len(result["dags"]) == 3 * pipelines
     assert result["heavy"] == []
 
 

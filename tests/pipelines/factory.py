@@ -28,18 +28,22 @@ def slowed(transform: Callable[[Any], Any], seconds: float) -> Callable[[Any], A
 
 
 def make(suffix: str, batch: int = 1500, start: str = "earliest", slow: float = 0,
-         batches_per_run: int | None = None, shape: str | None = None) -> tuple[Pipeline, Pipeline]:
+         batches_per_run: int | None = None, shape: str | None = None, trigger: str | None = None
+         ) -> tuple[Pipeline, Pipeline]:
     """(crash_totals_<suffix>, crash_latest_<suffix>); `start` "latest": a pipeline started at the end;
     `slow`: seconds every Spark task of the totals pipeline's transform sleeps first; `batches_per_run`:
     the most batches a run of their micro-batch DAGs processes (None: eosbatch's default); `shape`: their
-    micro-batch DAG's shape (AirflowOptions.shape; None: eosbatch's default). Without these, nothing
+    micro-batch DAG's shape (AirflowOptions.shape; None: eosbatch's default); `trigger`: "data", their DAGs
+    run when data arrives (AirflowOptions.trigger, polled every 0.5 s). Without these, nothing
     newer than the previous release is imported or passed: tests/integration/test_upgrade.py loads this module
     with the previous release's eosbatch."""
     airflow: dict[str, Any] = {}
-    if batches_per_run is not None or shape is not None:
+    if batches_per_run is not None or shape is not None or trigger is not None:
         from eosbatch import AirflowOptions
 
         options: dict[str, Any] = {"batches_per_run": batches_per_run} if batches_per_run is not None else {}
+        if trigger:
+            options.update(trigger=trigger, data_poll_seconds=0.5)
         airflow["airflow"] = AirflowOptions(**options, **({"shape": shape} if shape else {}))
     totals = Pipeline(
         name=f"crash_totals_{suffix}",

@@ -186,6 +186,7 @@ def test_airflow_cfg_binds_to_loopback_on_derived_ports() -> None:
     for line in ["executor = LocalExecutor", "dags_folder = /repo/dags", "load_examples = False",
                  "execution_api_server_url = http://127.0.0.1:28080/execution/", "port = 28080",
                  "scheduler_health_check_server_port = 28081", "worker_log_server_port = 28082",
+                 "trigger_log_server_port = 28083",
                  "sql_alchemy_conn = postgresql+psycopg2://u@127.0.0.1:1/airflow", "jwt_secret = j",
                  "host = 127.0.0.1", "scheduler_health_check_server_host = 127.0.0.1"]:
         assert line in text.splitlines(), line
