@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from eosbatch.config import Settings
 from eosbatch.engine import connect
+from eosbatch.exceptions import TransientError
 from eosbatch.kafka import json_lines, offsets, topics
 from eosbatch.pipeline import KafkaSource
-from eosbatch.protocol.ranges import OffsetRange
+from eosbatch.protocol.ranges import OffsetRange, PartitionBounds
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -32,6 +33,7 @@ FIELDS = ("order_id", "customer_id", "amount", "ts")
 DEFAULT_RECORDS = 300_000
 DEFAULT_ROUNDS = 3
 PER_TRANSACTION = 50_000
+STABLE_WAIT_S = 60.0
 
 
 def records(count: int) -> list[tuple[bytes | None, bytes]]:
@@ -50,13 +52,23 @@ def ensure_input(settings: Settings, count: int) -> list[OffsetRange]:
     ranges of about `count` records from its start (a partition's share, offsets counting its commit markers)."""
     topics.create(settings, TOPIC, PARTITIONS)
     held = offsets.bounds(settings, [TOPIC])
-    if sum(b.stable - b.low for b in held.values()) < count:
+    if _stable(held) < count:
         json_lines.produce(settings, TOPIC, records(count), per_transaction=PER_TRANSACTION,
                            transactional_id=f"{TOPIC}-producer")
-        held = offsets.bounds(settings, [TOPIC])
+        # A commit returns before its markers are written: the last stable offsets move a moment later.
+        deadline = time.monotonic() + STABLE_WAIT_S
+        while _stable(held := offsets.bounds(settings, [TOPIC])) < count:
+            if time.monotonic() > deadline:
+                raise TransientError(f"engine warm-up: the records produced into {TOPIC!r} were not stable "
+                                     f"after {STABLE_WAIT_S:.0f}s")
+            time.sleep(0.1)
     share = -(-count // len(held))
     return [OffsetRange(tp.topic, tp.partition, b.low, min(b.stable, b.low + share))
             for tp, b in sorted(held.items()) if b.stable > b.low]
+
+
+def _stable(held: dict[Any, PartitionBounds]) -> int:
+    return sum(b.stable - b.low for b in held.values())
 
 
 def _encode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
