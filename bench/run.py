@@ -12,7 +12,8 @@ flat as the batch grows (Spark streams the records, the outbox is streamed to Ka
 With --peer-rounds R (default 2), eosbatch and a Structured Streaming peer (bench/peer.py) run alternately
 on the same topic, and each round also runs eosbatch as K batches with overlapped steps (--overlap K[,K...],
 default 2: `eosbatch run --overlap`); --tiny measures the fixed cost per micro-batch instead (CLI, one run,
-Airflow, peer).
+Airflow, peer); --sizes N[,N...] runs only the records sweep (bench/sweep.py): eosbatch and the peer at each
+record count, plotted (records/s against record count) into --results as JSON and PNG.
 
 Uses EOSBATCH_DATABASE_URL / EOSBATCH_KAFKA_BOOTSTRAP when both are set, else brings up the embedded stack
 (EOSBATCH_HOME, EOSBATCH_KAFKA_PORT, EOSBATCH_POSTGRES_PORT and EOSBATCH_SPARK_CONNECT_PORT choose which one).
@@ -24,7 +25,6 @@ import argparse
 import io
 import json
 import math
-import multiprocessing
 import os
 import random
 import shutil
@@ -38,7 +38,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from psycopg2 import sql
 
-from bench import PIPELINES_ENV, cpu
+from bench import PIPELINES_ENV, cpu, memory, plots
+from bench.memory import Footprint
 from eosbatch import config, engine, registry, running, stack, steps
 from eosbatch.commands import context
 from eosbatch.config import Settings
@@ -79,14 +80,6 @@ class Timing(NamedTuple):
     @property
     def rate(self) -> float:
         return self.records / self.seconds if self.seconds else math.inf
-
-
-class Footprint(NamedTuple):
-    """A whole run in a process of its own."""
-    records: int
-    seconds: float
-    baseline_mib: float  # its VmRSS before the run (imports done)
-    peak_mib: float      # its VmHWM after the run
 
 
 # ---------------------------------------------------------------- setup
@@ -141,64 +134,13 @@ def _measured(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, f
     return result, seconds, cpu.usage(before, cpu.sample(roots))
 
 
-def _vm_mib(field: str) -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise KeyError(field)
-
-
-def _run_child(pipeline: str, reply: Any) -> None:
-    registry.load()  # as above: the baseline holds the imports, the peak what the run adds
-    baseline = _vm_mib("VmRSS")
-    summary, seconds = _timed(running.run, context(pipeline, quiet))
-    reply.send(Footprint(summary.records_read, seconds, baseline, _vm_mib("VmHWM")))
-
-
-def _in_child(target: Callable[..., None], *args: Any) -> Footprint:
-    # spawn, not fork: a forked child's RSS would start with this process's pages (the generator's records).
-    context = multiprocessing.get_context("spawn")
-    receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=target, args=(*args, send))
-    child.start()
-    send.close()
-    try:
-        result: Footprint = receive.recv()
-    except EOFError:
-        child.join()
-        raise RuntimeError(f"{target.__name__}{args} died (exit code {child.exitcode})") from None
-    child.join()
-    return result
-
-
-def engine_heap_mib(settings: Settings) -> float:
-    """The Spark Connect server's JVM heap in use right after a full GC (`jcmd GC.run`, `GC.heap_info`):
-    what the engine keeps between batches. NaN for the spark-submit engine (its JVM ends with the batch)."""
-    import re
-    import shutil
-    import subprocess
-
-    pid = stack.status().spark_connect_pid if engine.kind(settings) == "connect" else None
-    jcmd = shutil.which("jcmd")
-    if pid is None or jcmd is None:
-        return math.nan
-    subprocess.run([jcmd, str(pid), "GC.run"], capture_output=True, check=True, timeout=120)
-    info = subprocess.run([jcmd, str(pid), "GC.heap_info"], capture_output=True, text=True, check=True, timeout=60)
-    found = re.search(r"heap\s+total \d+K, used (\d+)K", info.stdout)
-    return int(found.group(1)) / 1024 if found else math.nan
-
-
 def footprint(settings: Settings, run: Run, partitions: int, padding: int) -> tuple[Footprint, float]:
     """A whole `eosbatch run` of `run.records` fresh records in a spawned child: its records, time, baseline
     and peak RSS; then the engine's heap after GC."""
     generate(settings, topic=run.topic, records=run.records, partitions=partitions,
              transaction_size=TRANSACTION_SIZE, abort_every=0, malformed_every=0, value_padding=padding)
     ensure_topics(settings, {run.output: partitions})
-    ran = _in_child(_run_child, run.name)
-    if ran.records != run.records:
-        raise RuntimeError(f"{run.name}: the run read {ran.records} records, expected {run.records}")
-    return ran, engine_heap_mib(settings)
+    return memory.whole_run(settings, run.name, run.records)
 
 
 def warm_up(settings: Settings, runs: list[Run], partitions: int, padding: int) -> None:
@@ -619,11 +561,7 @@ def report(generated: Timing, timings: list[Timing], copies: list[Timing], produ
             "commit against COPY into the logged table with PK, publish against the plain produce."]
     text += ["", cpu_table(timings)]
     if footprints:
-        header = ["runner (eosbatch run, own process)", "records", "seconds", "baseline RSS MiB",
-                  "peak RSS MiB (VmHWM)", "engine heap after GC MiB"]
-        text += ["", _table(header, [[f"{n:,} records", f"{p.records:,}", f"{p.seconds:.2f}",
-                                      f"{p.baseline_mib:.0f}", f"{p.peak_mib:.0f}", f"{heap:.0f}"]
-                                     for n, (p, heap) in sorted(footprints.items())])]
+        text += ["", _table(*memory.rows("records", footprints)), memory.verdict(footprints)]
     return "\n".join(text)
 
 
@@ -702,12 +640,20 @@ def main(argv: list[str] | None = None) -> None:
                              "(EOSBATCH_EARLY_PUBLISH=0; the default is early publish)")
     parser.add_argument("--tiny", action="store_true",
                         help="only the fixed cost per micro-batch: 10 batches of 100 records, eosbatch vs peer")
+    parser.add_argument("--sizes", default="", metavar="N[,N...]",
+                        help="only the records sweep (bench/sweep.py): eosbatch and the peer at each record count, "
+                             "--peer-rounds rounds each (0: eosbatch alone); plotted into --results")
+    parser.add_argument("--results", default=str(plots.RESULTS), help="where figures go (default %(default)s)")
     args = parser.parse_args(argv)
     if args.warm_up_runs < 0 or (args.warm_up_runs and args.warm_up <= 0):
         parser.error("--warm-up-runs must be 0 or more, and --warm-up more than 0 records")
 
     settings = _settings()
     prefix = time.strftime("bench_%Y%m%d_%H%M%S")
+    if args.sizes:
+        from bench import sweep
+        sweep.main(settings, args, prefix)
+        return
     if args.tiny:
         tiny, through = Run(f"{prefix}_tiny", 100), Run(f"{prefix}_tinyaf", 100)
         _define([tiny, through], 1)

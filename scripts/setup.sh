@@ -16,10 +16,10 @@ fi
 python=$(command -v python3.11 || command -v python3)
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-# The airflow and schema-registry extras are always installed: the DAG tests, `eosbatch airflow up` and the
-# schema registry's tests need them. pyproject.toml takes
+# The airflow, schema-registry and bench extras are always installed: the DAG tests, `eosbatch airflow up`, the
+# schema registry's tests and the bench's figures (and their unit test) need them. pyproject.toml takes
 # version ranges; the development venv gets the versions the suite was tested with (README), so that a new
 # machine does not move to a release nobody ran the tests on.
 tested=("pyspark==4.2.0" "apache-airflow==3.3.2" "confluent-kafka==2.16.1")
-.venv/bin/python -m pip install -q -e ".[dev,airflow,schema-registry${EOSBATCH_EXTRAS:+,$EOSBATCH_EXTRAS}]" "${tested[@]}"
+.venv/bin/python -m pip install -q -e ".[dev,airflow,schema-registry,bench${EOSBATCH_EXTRAS:+,$EOSBATCH_EXTRAS}]" "${tested[@]}"
 echo "setup: ready ($(.venv/bin/python --version), $(java -version 2>&1 | head -1))"
