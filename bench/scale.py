@@ -2,11 +2,18 @@
 
     .venv/bin/python -m bench.scale [--partitions 10,100,1000] [--per-partition 20] [--staging-writers 0,2]
                                     [--fetch-wait-ms 500,5] [--rounds 3] [--batches 10000] [--real-batches 5]
+                                    [--no-peer] [--rss-partitions 10,1000] [--results DIR] [--keep]
 
 - For each partition count P, a fresh topic of P partitions with `per-partition` records in each, one batch
   over all of it: plan, process, commit, publish (+ finalize) timed one by one, then `status` and `ranges`
   (what an operator runs), and the ledger rows the batch added; with each `--staging-writers` bound and each
-  `--fetch-wait-ms` of the Kafka reader (alternating), side by side, `--rounds` times.
+  `--fetch-wait-ms` of the Kafka reader (alternating), side by side, `--rounds` times. After the first of
+  those cases of each partition count and round, the Structured Streaming peer (bench/peer.py, as bench.run
+  runs it) over the same topic, unless --no-peer: seconds per batch of both, the ratio beside them, and the
+  figure (bench/plots.py) as JSON and PNG in --results.
+- Goal 6: a whole `eosbatch run` over a fresh topic at each of `--rss-partitions` in a process of its own
+  (its peak RSS), then the engine's heap after GC (bench/memory.py, as bench.run --rss-check), and whether
+  both stay within 10 %.
 - Then a history of `--batches` small batches of one 10-partition pipeline, each planned by the plan step and
   taken to published by the ledger writes alone (no Spark: 10,000 batches in minutes): the ledger's size
   (every table and index of the `eosbatch` schema, pg_total_relation_size) and rows per batch, the plan
@@ -25,11 +32,14 @@ import json
 import math
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any, NamedTuple
 
-from bench import PIPELINES_ENV
-from bench.run import MODULE, TRANSACTION_SIZE, Run, _padding, _settings, _table, _timed
+from bench import PIPELINES_ENV, memory, plots, scale_peer
+from bench.memory import Footprint
+from bench.run import MODULE, TRANSACTION_SIZE, Run, _cleanup, _padding, _settings, _table, _timed
 from eosbatch import commands, config, registry, running, steps
 from eosbatch.config import Settings
 from eosbatch.context import quiet
@@ -88,11 +98,16 @@ def _settled(settings: Settings, topic: str, partitions: int, records: int, time
     raise RuntimeError(f"{topic}: the broker shows {len(bounds)} of {partitions} partitions after {timeout:.0f}s")
 
 
-def partitions_case(settings: Settings, run: Run, partitions: int) -> list[str]:
+def _fresh_topic(settings: Settings, run: Run, partitions: int) -> None:
     generate(settings, topic=run.topic, records=run.records, partitions=partitions, abort_every=0,
              transaction_size=TRANSACTION_SIZE, malformed_every=0, value_padding=_padding())
     ensure_topics(settings, {run.output: partitions})
     _settled(settings, run.topic, partitions, run.records)
+
+
+def partitions_case(settings: Settings, run: Run, partitions: int) -> tuple[list[str], float]:
+    """One batch over a fresh topic, step by step: the table's row, and the batch's seconds (plan..publish)."""
+    _fresh_topic(settings, run, partitions)
     before = ledger(settings)
     ctx = commands.context(run.name, quiet)
     batch, plan_s = _timed(steps.plan, ctx)
@@ -106,10 +121,18 @@ def partitions_case(settings: Settings, run: Run, partitions: int) -> list[str]:
     if done.state != "published":
         raise RuntimeError(f"{run.name}: batch {batch.id} is {done.state}")
     # what the last stable offsets showed at plan time (a commit marker may land after the settle check)
-    return [f"{partitions:,}", f"{committed.records_read:,}", f"{plan_s:.2f}", f"{process_s:.2f}",
+    return ([f"{partitions:,}", f"{committed.records_read:,}", f"{plan_s:.2f}", f"{process_s:.2f}",
             f"{commit_s:.2f}",
             f"{publish_s:.2f}", f"{status_s:.2f}", f"{ranges_s:.2f}",
-            f"{grew.get('batch_ranges', 0)}/{grew.get('committed_ranges', 0)}"]
+            f"{grew.get('batch_ranges', 0)}/{grew.get('committed_ranges', 0)}"],
+            plan_s + process_s + commit_s + publish_s)
+
+
+def partitions_footprint(settings: Settings, run: Run, partitions: int) -> tuple[Footprint, float]:
+    """Goal 6 at `partitions`: a whole `eosbatch run` over a fresh topic in a spawned process (its peak RSS),
+    then the engine's heap after GC (bench/memory.py, as bench.run --rss-check over record counts)."""
+    _fresh_topic(settings, run, partitions)
+    return memory.whole_run(settings, run.name, run.records)
 
 
 HISTORY_PARTITIONS, HISTORY_BATCH = 10, 100  # the history case: offsets per batch over 10 partitions
@@ -206,7 +229,7 @@ def history_case(settings: Settings, run: Run, batches: int, real: int, partitio
             f"ledger now {ledger(settings).bytes / 1024 / 1024:.1f} MiB in all pipelines (before VACUUM)"]
 
 
-def main(argv: list[str] | None = None) -> None:
+def _options(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", default="10,100,1000", help="comma-separated (default %(default)s)")
     parser.add_argument("--per-partition", type=int, default=20)
@@ -223,7 +246,20 @@ def main(argv: list[str] | None = None) -> None:
                         help="of the history case, written ledger-only (0: skip it)")
     parser.add_argument("--real-batches", type=int, default=5,
                         help="through the engine after the history, and again after compacting it")
-    args = parser.parse_args(argv)
+    parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
+                        help="the Structured Streaming peer over the same topic after eosbatch's batch, once per "
+                             "partition count and round (default on; ~5 min at 1,000 partitions)")
+    parser.add_argument("--rss-partitions", default="10,1000", metavar="P[,P...]",
+                        help="partition counts of the memory check: a whole run in a process of its own (peak "
+                             "RSS) and the engine's heap after GC, each (default %(default)s; empty: none)")
+    parser.add_argument("--results", default=str(plots.RESULTS),
+                        help="where the figure goes, as JSON and PNG (default %(default)s)")
+    parser.add_argument("--keep", action="store_true", help="keep the topics and tables of this sitting")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _options(argv)
     settings = _settings()
     stamp = time.strftime("%Y%m%d_%H%M%S")
     counts = [int(p) for p in args.partitions.split(",") if p]
@@ -234,23 +270,49 @@ def main(argv: list[str] | None = None) -> None:
               2 * p * args.per_partition + 4 * p, w, f)
              for p in counts for w in writers for r in range(args.rounds) for f in waits]
     history = Run(f"bench_{stamp}_history", (args.batches + 2 * args.real_batches) * HISTORY_BATCH)
-    define([*((run, p, most) for run, p, most, _, _ in cases), (history, HISTORY_PARTITIONS, HISTORY_BATCH)])
+    rss = [(Run(f"bench_{stamp}_rss{p}", p * args.per_partition), p)
+           for p in (int(p) for p in args.rss_partitions.split(",") if p.strip())]
+    define([*((run, p, most) for run, p, most, _, _ in cases), (history, HISTORY_PARTITIONS, HISTORY_BATCH),
+            *((run, p, 2 * run.records + 4 * p) for run, p in rss)])
     rows: list[list[Any]] = []
+    sides: list[scale_peer.Side] = []
     default_wait = reader.FETCH_MAX_WAIT_MS
-    for run, partitions, _, bound, wait in cases:
-        os.environ[config.STAGING_WRITERS] = str(bound) if bound else ""
-        reader.FETCH_MAX_WAIT_MS = wait  # read when the batch's DataFrame is built, in this process
-        rows.append([str(bound or "unset"), wait, *partitions_case(settings, run, partitions)])
-        print(f"{partitions} partitions, staging writers {bound or 'unset'}, fetch wait {wait} ms: done",
-              flush=True)
-    os.environ.pop(config.STAGING_WRITERS, None)
-    reader.FETCH_MAX_WAIT_MS = default_wait
-    if rows:
-        print("\n" + _table(["staging writers", "fetch wait ms", "partitions", "records read", "plan s", "process s",
-                             "commit s", "publish s", "status s", "ranges s",
-                             "batch/committed ranges rows"], rows))
-    if args.batches:
-        print("\n" + "\n".join(history_case(settings, history, args.batches, args.real_batches)))
+    try:
+        for run, partitions, _, bound, wait in cases:
+            os.environ[config.STAGING_WRITERS] = str(bound) if bound else ""
+            reader.FETCH_MAX_WAIT_MS = wait  # read when the batch's DataFrame is built, in this process
+            row, batch_s = partitions_case(settings, run, partitions)
+            rows.append([str(bound or "unset"), wait, *row])
+            print(f"{partitions} partitions, staging writers {bound or 'unset'}, fetch wait {wait} ms: "
+                  f"{batch_s:.1f} s a batch", flush=True)
+            if (bound, wait) == (writers[0], waits[0]):  # the peer once per partition count and round
+                peer_s, trigger_s = scale_peer.peer_batch(settings, run, partitions) if args.peer else (None, None)
+                sides.append(scale_peer.Side(partitions, run.records, batch_s, peer_s, trigger_s))
+                if peer_s is not None:
+                    print(f"{partitions} partitions, the peer on the same topic: {peer_s:.1f} s "
+                          f"(trigger {trigger_s:.1f} s)", flush=True)
+        os.environ.pop(config.STAGING_WRITERS, None)
+        reader.FETCH_MAX_WAIT_MS = default_wait
+        if rows:
+            print("\n" + _table(["staging writers", "fetch wait ms", "partitions", "records read", "plan s",
+                                 "process s", "commit s", "publish s", "status s", "ranges s",
+                                 "batch/committed ranges rows"], rows))
+            print("\n" + scale_peer.table(sides))
+            data, png = plots.save(scale_peer.figure(sides, args.per_partition,
+                                                     plots.sitting(["python -m bench.scale", *sys.argv[1:]])),
+                                   Path(args.results) / scale_peer.STEM)
+            print(f"figure: {png} (data {data})")
+        footprints = {}
+        for run, partitions in rss:
+            print(f"memory check: a whole run over {partitions:,} partitions in a process of its own", flush=True)
+            footprints[partitions] = partitions_footprint(settings, run, partitions)
+        if footprints:
+            print("\n" + _table(*memory.rows("partitions", footprints)) + "\n" + memory.verdict(footprints))
+        if args.batches:
+            print("\n" + "\n".join(history_case(settings, history, args.batches, args.real_batches)))
+    finally:
+        if not args.keep:
+            _cleanup(settings, f"bench_{stamp}")
 
 
 if __name__ == "__main__":
