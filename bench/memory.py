@@ -91,6 +91,15 @@ def rows(unit: str, footprints: dict[int, tuple[Footprint, float]]) -> tuple[lis
                      f"{p.peak_mib:.0f}", f"{heap:.0f}"] for n, (p, heap) in sorted(footprints.items())]
 
 
+def as_json(footprints: dict[int, tuple[Footprint, float]]) -> dict[str, Any]:
+    """The memory check as a figure's JSON keeps it (an unknown heap as null), with its verdict."""
+    if not footprints:
+        return {}
+    runs = {str(n): {**p._asdict(), "engine_heap_mib": None if math.isnan(heap) else heap}
+            for n, (p, heap) in sorted(footprints.items())}
+    return {"memory": runs, "memory_verdict": verdict(footprints)}
+
+
 def growth(smallest: float, largest: float) -> float:
     """The largest's change over the smallest, as a fraction (NaN when either is unknown)."""
     return (largest - smallest) / smallest if smallest and not math.isnan(smallest + largest) else math.nan

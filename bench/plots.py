@@ -87,10 +87,16 @@ def write_png(figure: Figure, path: Path) -> Path:
     canvas = Canvas(figsize=(7, 4.2), dpi=110)
     FigureCanvasAgg(canvas)
     axes = canvas.add_subplot()
+    highest: dict[float, float] = {}  # at each x: the highest point's label above it, the others' below
+    for s in figure.series:
+        for x, y in zip(s.x, s.y, strict=True):
+            highest[x] = max(highest.get(x, y), y)
     for s in figure.series:
         axes.plot(s.x, s.y, marker="o", label=s.label)
         for x, y in zip(s.x, s.y, strict=True):
-            axes.annotate(number(y), (x, y), textcoords="offset points", xytext=(4, 5), fontsize=7)
+            axes.annotate(number(y), (x, y), textcoords="offset points", xytext=(4, 5 if y == highest[x] else -11),
+                          fontsize=7)
+    axes.margins(0.08, 0.15)  # room for the labels of the points at the edges
     if figure.log_x:
         axes.set_xscale("log")
     if figure.log_y:

@@ -297,17 +297,18 @@ def main(argv: list[str] | None = None) -> None:
             print("\n" + _table(["staging writers", "fetch wait ms", "partitions", "records read", "plan s",
                                  "process s", "commit s", "publish s", "status s", "ranges s",
                                  "batch/committed ranges rows"], rows))
-            print("\n" + scale_peer.table(sides))
-            data, png = plots.save(scale_peer.figure(sides, args.per_partition,
-                                                     plots.sitting(["python -m bench.scale", *sys.argv[1:]])),
-                                   Path(args.results) / scale_peer.STEM)
-            print(f"figure: {png} (data {data})")
+            print("\n" + scale_peer.table(sides), flush=True)
         footprints = {}
         for run, partitions in rss:
             print(f"memory check: a whole run over {partitions:,} partitions in a process of its own", flush=True)
             footprints[partitions] = partitions_footprint(settings, run, partitions)
         if footprints:
             print("\n" + _table(*memory.rows("partitions", footprints)) + "\n" + memory.verdict(footprints))
+        if sides:
+            measured = {**plots.sitting(["python -m bench.scale", *sys.argv[1:]]), **memory.as_json(footprints)}
+            data, png = plots.save(scale_peer.figure(sides, args.per_partition, measured),
+                                   Path(args.results) / scale_peer.STEM)
+            print(f"figure: {png} (data {data})")
         if args.batches:
             print("\n" + "\n".join(history_case(settings, history, args.batches, args.real_batches)))
     finally:

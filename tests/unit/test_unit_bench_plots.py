@@ -82,3 +82,10 @@ def test_an_unknown_engine_heap_is_said_and_left_out_of_the_verdict() -> None:
     verdict = memory.verdict({10: (_footprint(500), math.nan), 1000: (_footprint(510), math.nan)})
     assert verdict.startswith("memory flat: yes") and "engine heap not measured" in verdict
     assert memory.verdict({10: (_footprint(500), 1.0)}).startswith("memory flat: not measured")
+
+
+def test_the_memory_check_goes_into_a_figures_json_with_its_verdict() -> None:
+    kept = memory.as_json({1000: (_footprint(217), math.nan), 10: (_footprint(184), math.nan)})
+    assert list(kept["memory"]) == ["10", "1000"] and kept["memory"]["1000"]["peak_mib"] == 217
+    assert kept["memory"]["10"]["engine_heap_mib"] is None and kept["memory_verdict"].startswith("memory flat: no")
+    assert json.loads(json.dumps(kept)) == kept and memory.as_json({}) == {}
