@@ -2,11 +2,11 @@
 (`python -m bench.run --sizes 10000,100000,300000,1000000`).
 
 For each size N, a fresh topic of N records over `--partitions`; on it, `--peer-rounds` rounds (at least one)
-of eosbatch's whole run as one batch (plan..publish, exactly-once; as bench.run's side-by-side table runs it)
-then the peer (bench/peer.py, spark-submitted, its JVM and session start included, as a scheduled
-spark-submit pays them). After the engine's warm-up runs (--warm-up-runs, --warm-up), as bench.run. Prints
-every round with absolute seconds beside the ratio, and writes the figure as JSON and PNG
-(bench/plots.py) into --results.
+of eosbatch's whole run as one batch (plan..publish, exactly-once, the default path: as bench.run's
+side-by-side table runs it) then the peer (bench/peer.py, spark-submitted, its JVM and session start
+included, as a scheduled spark-submit pays them). After the engine's warm-up runs (--warm-up-runs,
+--warm-up), as bench.run. Prints every round with absolute seconds beside the ratio, and writes the figure
+as JSON and PNG (bench/plots.py) into --results.
 """
 
 from __future__ import annotations
