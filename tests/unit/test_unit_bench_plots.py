@@ -25,8 +25,9 @@ def _figure(**changes: object) -> plots.Figure:
 
 
 def _matplotlib() -> None:
-    """The bench extra (scripts/setup.sh installs it); the wheel's own venvs (tests/deploy) have no matplotlib."""
-    pytest.importorskip("matplotlib", reason="the bench extra is not installed (pip install -e '.[bench]')")
+    """The bench extra (scripts/setup.sh installs it): missing, the test fails (the wheel's own venv in
+    tests/deploy leaves this file out: the bench is not part of the wheel)."""
+    import matplotlib  # noqa: F401
 
 
 def _is_png(path: Path) -> bool:
