@@ -50,14 +50,14 @@ def records(count: int) -> list[tuple[bytes | None, bytes]]:
 def ensure_input(settings: Settings, count: int) -> list[OffsetRange]:
     """The warm-up topic holding at least `count` records (produced transactionally when it holds fewer); the
     ranges of about `count` records from its start (a partition's share, offsets counting its commit markers)."""
-    topics.create(settings, TOPIC, PARTITIONS)
-    held = offsets.bounds(settings, [TOPIC])
+    created = topics.create(settings, TOPIC, PARTITIONS).created
+    held = _bounds(settings, STABLE_WAIT_S if created else 0.0)
     if _stable(held) < count:
         json_lines.produce(settings, TOPIC, records(count), per_transaction=PER_TRANSACTION,
                            transactional_id=f"{TOPIC}-producer")
         # A commit returns before its markers are written: the last stable offsets move a moment later.
         deadline = time.monotonic() + STABLE_WAIT_S
-        while _stable(held := offsets.bounds(settings, [TOPIC])) < count:
+        while _stable(held := _bounds(settings, STABLE_WAIT_S)) < count:
             if time.monotonic() > deadline:
                 raise TransientError(f"engine warm-up: the records produced into {TOPIC!r} were not stable "
                                      f"after {STABLE_WAIT_S:.0f}s")
@@ -65,6 +65,19 @@ def ensure_input(settings: Settings, count: int) -> list[OffsetRange]:
     share = -(-count // len(held))
     return [OffsetRange(tp.topic, tp.partition, b.low, min(b.stable, b.low + share))
             for tp, b in sorted(held.items()) if b.stable > b.low]
+
+
+def _bounds(settings: Settings, patience: float) -> dict[Any, PartitionBounds]:
+    """The topic's bounds; a topic just created answers only once its partitions have leaders: until then,
+    `patience` seconds of asking again."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return offsets.bounds(settings, [TOPIC])
+        except TransientError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _stable(held: dict[Any, PartitionBounds]) -> int:
