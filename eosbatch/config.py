@@ -32,6 +32,8 @@ OVERLAP = "EOSBATCH_OVERLAP"  # `eosbatch run` overlaps its batches' steps (proc
 EARLY_PUBLISH = "EOSBATCH_EARLY_PUBLISH"  # a batch's Kafka transaction is filled while its commit runs
 METRICS = "EOSBATCH_METRICS"  # where the OpenTelemetry metrics go: global, otlp, file:PATH or none (docs/monitoring.md)
 METRICS_TARGETS = ("global", "otlp", "none")
+KAFKA_READER = "EOSBATCH_KAFKA_READER"  # how the process step reads Kafka: spark (its Kafka source) or python
+KAFKA_READERS = ("spark", "python")
 DEFAULT_COMPACT_EVERY = 1000
 DEFAULT_COMPACT_AFTER_DAYS = 7.0
 
@@ -101,6 +103,9 @@ class Settings(NamedTuple):
     # A transactional call's wait for the broker (EOSBATCH_TRANSACTION_CALL_TIMEOUT_S): past it, the outcome is
     # unknown (eosbatch.kafka.publisher's AMBIGUOUS state).
     transaction_call_timeout_s: float = DEFAULT_TRANSACTION_CALL_TIMEOUT_S
+    # The process step's Kafka reader: "spark" (Spark's Kafka source: a task and a Java consumer per partition) or
+    # "python" (eosbatch.spark.kafka_datasource: one librdkafka consumer per task, over many partitions).
+    kafka_reader: str = "spark"
 
     def kafka(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings for a client: bootstrap + the user's extra config + the caller's needs."""
@@ -246,7 +251,8 @@ def load(env: dict[str, str] | None = None) -> Settings:
                     *_compaction(env), _flag(OVERLAP, env.get(OVERLAP, "")),
                     _flag(EARLY_PUBLISH, env.get(EARLY_PUBLISH) or "1"),
                     marker_retention_seconds(env),  # read by publish: a bad value fails now, not after a COMMIT
-                    metrics_target(env.get(METRICS, "")), transaction_call_timeout_s(env))
+                    metrics_target(env.get(METRICS, "")), transaction_call_timeout_s(env),
+                    kafka_reader(env.get(KAFKA_READER, "")))
 
 
 def to_env(settings: Settings) -> dict[str, str]:
@@ -262,7 +268,7 @@ def to_env(settings: Settings) -> dict[str, str]:
             COMPACT_EVERY: str(settings.compact_every), COMPACT_AFTER_DAYS: repr(settings.compact_after_days),
             OVERLAP: "1" if settings.overlap else "0", EARLY_PUBLISH: "1" if settings.early_publish else "0",
             MARKER_RETENTION: str(round(settings.marker_retention_s / 60)), METRICS: settings.metrics,
-            TRANSACTION_CALL_TIMEOUT: repr(settings.transaction_call_timeout_s)}
+            TRANSACTION_CALL_TIMEOUT: repr(settings.transaction_call_timeout_s), KAFKA_READER: settings.kafka_reader}
 
 
 def metrics_target(raw: str) -> str:
@@ -276,6 +282,14 @@ def metrics_target(raw: str) -> str:
             raise ConfigError(METRICS, f"file: needs an absolute path in an existing folder, got {path!r}")
         return value
     raise ConfigError(METRICS, f"expected global, otlp, none or file:/absolute/path, got {raw!r}")
+
+
+def kafka_reader(raw: str) -> str:
+    """EOSBATCH_KAFKA_READER: spark (the default) or python."""
+    value = raw.strip().lower() or KAFKA_READERS[0]
+    if value not in KAFKA_READERS:
+        raise ConfigError(KAFKA_READER, f"expected {' or '.join(KAFKA_READERS)}, got {raw!r}")
+    return value
 
 
 def _flag(name: str, raw: str) -> bool:

@@ -48,3 +48,8 @@ class TransactionOutcomeUnknown(KafkaUnavailable):
     """A transactional call (EndTxn, AddPartitionsToTxn, TxnOffsetCommit) got no definite answer: a timeout, a
     lost connection. Its producer is abandoned, never called again (no retry, no abort on it); a new producer's
     init_transactions settles the transaction, and only then does the marker tell whether it committed."""
+
+
+class RangeUnreadable(TerminalError):
+    """A planned range's records are no longer in the log (the log start moved past its start: retention),
+    so the range cannot be read whole: a retry reads the same nothing."""

@@ -13,6 +13,7 @@ from eosbatch.formats import Decoding, Role, json_format, wire
 from eosbatch.formats.base import ERROR_COLUMN
 from eosbatch.pipeline import KafkaSource
 from eosbatch.protocol.ranges import OffsetRange
+from eosbatch.spark.kafka_columns import KAFKA_COLUMNS
 from eosbatch.spark_kafka_options import reader_options
 
 if TYPE_CHECKING:
@@ -53,7 +54,12 @@ FETCH_MAX_WAIT_MS = "5"
 
 def read_ranges(spark: SparkSession, settings: Settings, ranges: list[OffsetRange], pipeline: str) -> DataFrame:
     """The ranges' records, read_committed, with the security settings every other client uses (the JAAS
-    line is redacted from plans: spark_kafka_options.REDACTION_REGEX)."""
+    line is redacted from plans: spark_kafka_options.REDACTION_REGEX). EOSBATCH_KAFKA_READER=python reads them
+    with one librdkafka consumer per task instead (eosbatch.spark.kafka_datasource), with the same columns."""
+    if settings.kafka_reader == "python":
+        from eosbatch.spark import kafka_datasource
+
+        return kafka_datasource.read_ranges(spark, settings, ranges, group_id_prefix(pipeline))
     assign, starts, ends = offsets_json(ranges)
     return (spark.read.format("kafka")
             .options(**reader_options(settings.kafka_config))
@@ -69,10 +75,7 @@ def read_ranges(spark: SparkSession, settings: Settings, ranges: list[OffsetRang
             .load())
 
 
-# The Kafka source's columns (with headers: includeHeaders), fixed by the connector: knowing them spares the Spark
-# Connect client a round trip to the server per batch to ask.
-KAFKA_COLUMNS = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, " \
-                "timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+KAFKA_COLUMNS = KAFKA_COLUMNS  # re-exported: where the steps always found it
 _RECORD = ("topic", "partition", "offset", "timestamp", "timestampType")
 # Where each role's format puts its temporary parse (the value's name is the one JSON always had).
 _TEMPORARY: dict[Role, str] = {"value": "_eosbatch_parsed", "key": "_eosbatch_key_parsed"}

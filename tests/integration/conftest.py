@@ -40,3 +40,10 @@ def schema_registry(_registry_session: SchemaRegistryServer) -> Registry:
         except Exception as exc:  # noqa: BLE001 - any failure to fetch or start it is reported the same way
             _unavailable(f"the schema registry did not start: {type(exc).__name__}: {exc}")
     return Registry(server, server.url)
+
+
+@pytest.fixture(params=["spark", "python"])
+def kafka_reader(request: pytest.FixtureRequest) -> str:
+    """Each Kafka reader of the process step (EOSBATCH_KAFKA_READER), for the tests of the read cases: a test
+    gives it to its runs (Scenario.env_overrides)."""
+    return str(request.param)

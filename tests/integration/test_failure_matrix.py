@@ -28,11 +28,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
     ("publish.mid_produce", "totals", "committed"),
     ("publish.after_kafka_commit", "latest", "committed"),
 ])
-def test_runner_killed_at_step_then_next_run_recovers_exactly_once(settings, unique, fault, kind, left):
+def test_runner_killed_at_step_then_next_run_recovers_exactly_once(settings, unique, fault, kind, left,
+                                                                   kafka_reader):
     """Commit, then publish from the outbox, one step after the other (early publish off: the next test
-    kills the runner at the same points with it on, the default)."""
+    kills the runner at the same points with it on, the default); with each Kafka reader."""
     scenario = Scenario(settings, unique, kind)
     scenario.env_overrides[config.EARLY_PUBLISH] = "0"
+    scenario.env_overrides[config.KAFKA_READER] = kafka_reader
     crashed = scenario.run(fault, "--max-batches", "2")
     assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-2000:]
     assert "fault injected at" in crashed.stderr
@@ -47,10 +49,11 @@ def test_runner_killed_at_step_then_next_run_recovers_exactly_once(settings, uni
     scenario.assert_exactly_once()
 
 
-def test_spark_task_attempt_dies_after_writing_staging_rows(settings, unique, tmp_path):
+def test_spark_task_attempt_dies_after_writing_staging_rows(settings, unique, tmp_path, kafka_reader):
     """An executor dies after its rows are committed to staging; Spark retries the task; only the
     successful attempt's rows count (the first attempt's stay in staging until finalize)."""
     scenario = Scenario(settings, unique, "totals")
+    scenario.env_overrides[config.KAFKA_READER] = kafka_reader
     fired = tmp_path / "fired"
     scenario.env_overrides[faults.FIRED] = str(fired)  # carried into the Spark tasks with the fault
     result = scenario.run("process.mid_staging")

@@ -20,6 +20,7 @@ from eosbatch.config import (
     installed_pyspark,
     load,
     redact,
+    to_env,
     to_libpq_url,
 )
 from eosbatch.exceptions import ConfigError, TerminalError
@@ -264,6 +265,15 @@ def test_staging_writers_is_a_bounded_whole_number() -> None:
     for bad in ("0", "-1", "many", "10001"):
         error = failure(env(EOSBATCH_STAGING_WRITERS=bad))
         assert error.field == "EOSBATCH_STAGING_WRITERS" and "PostgreSQL connections" in str(error)
+
+
+def test_the_kafka_reader_is_spark_unless_python_is_asked_for_and_travels_to_children() -> None:
+    assert load(env()).kafka_reader == "spark"
+    assert load(env(EOSBATCH_KAFKA_READER=" Python ")).kafka_reader == "python"
+    assert load(to_env(load(env(EOSBATCH_KAFKA_READER="python")))).kafka_reader == "python"
+    for bad in ("java", "spark,python", "1"):
+        error = failure(env(EOSBATCH_KAFKA_READER=bad))
+        assert error.field == "EOSBATCH_KAFKA_READER" and "spark or python" in str(error) and bad in str(error)
 
 
 def test_compaction_settings_default_and_are_validated() -> None:

@@ -116,3 +116,16 @@ def test_a_batch_of_many_more_ranges_than_cores_is_staged_by_one_task_per_core()
     assert tasks.staging_tasks(ranges=3, configured=1, cores=2) == 1
     assert tasks.staging_tasks(ranges=1000, configured=16, cores=2) == 16
     assert not tasks.needs_cores(1000, 16)
+
+
+def test_the_python_readers_tasks_share_the_ranges_by_offsets_largest_first() -> None:
+    from eosbatch.spark.kafka_datasource import splits
+
+    ranges = [OffsetRange("t", p, 0, size) for p, size in enumerate([100, 10, 60, 50, 5])]
+    groups = splits(ranges, 2)
+    assert [[r.partition for r in g] for g in groups] == [[0, 1, 4], [2, 3]]  # 115 and 110 offsets
+    assert sorted(r for g in groups for r in g) == sorted(ranges)
+    assert splits(ranges, 10) == [[r] for r in sorted(ranges, key=lambda r: -r.size)]  # one range a task at most
+    assert splits([], 4) == []
+    thousand = [OffsetRange("t", p, 0, 22) for p in range(1000)]
+    assert [len(g) for g in splits(thousand, 2)] == [500, 500]
