@@ -3,8 +3,11 @@ where they enter, by class name, so that the mapping needs no Spark import (pure
 
 from __future__ import annotations
 
+import importlib
+import re
+
 from eosbatch.engine.exceptions import EngineUnavailable, SparkJobFailed, TransformError
-from eosbatch.exceptions import EosbatchError
+from eosbatch.exceptions import ConfigError, EosbatchError
 
 # An analysis error is the pipeline's own (a column that does not exist, a type that does not fit): the same
 # code fails again on the same data. PySpark raises the same class names from a classic and a Connect session.
@@ -18,6 +21,30 @@ _UNAVAILABLE = frozenset({"RetriesExceeded", "Py4JNetworkError", "ConnectionRefu
 _SESSION_GONE = ("UNAVAILABLE", "Connection refused", "failed to connect", "Socket closed",
                  "INVALID_HANDLE", "SESSION_CLOSED", "NO_ACTIVE_SESSION", "Server is shutting down",
                  "OPERATION_NOT_FOUND")
+
+
+# An eosbatch error that the engine's Python workers raised (the Python Kafka reader's: eosbatch.kafka's errors,
+# a librdkafka setting refused) comes back as the last line of the task's traceback, `module.Class: message`.
+_WORKER_ERROR = re.compile(r"^(eosbatch\.kafka\.\w+|eosbatch\.exceptions)\.(\w+): (.+)$", re.MULTILINE)
+
+
+def raised_in_worker(text: str, where: str) -> EosbatchError | None:
+    """The same eosbatch error on the driver (a terminal one stays terminal, a transient one transient), with
+    `where` first; None when the text holds none."""
+    found = _WORKER_ERROR.findall(text)
+    if not found:
+        return None
+    module, name, message = found[-1]
+    kind = getattr(importlib.import_module(module), name, None)
+    if not (isinstance(kind, type) and issubclass(kind, EosbatchError)):
+        return None
+    if issubclass(kind, ConfigError):
+        field, _, problem = message.partition(": ")
+        return ConfigError(field, problem) if problem else None
+    try:
+        return kind(f"{where}: {message}")
+    except TypeError:  # an error class that takes more than a message
+        return None
 
 
 def first_line(exc: BaseException) -> str:
@@ -37,6 +64,8 @@ def map_spark_error(exc: BaseException, where: str, database_url: str = "") -> E
     if type(exc).__module__.partition(".")[0] == "psycopg2":  # the driver's own ledger or sink statement
         return _postgres_error(exc, database_url)
     names, line = _names(exc), first_line(exc)
+    if "PythonException" in names and (raised := raised_in_worker(str(exc), where)) is not None:
+        return raised
     if "AVRO_NOT_LOADED" in line:  # a Connect server started without spark-avro (before eosbatch read Avro)
         return TransformError(f"{where}: the Spark engine has no spark-avro jar ({line.split(']')[0]}]): restart "
                               "the Connect server with it (`eosbatch stack down && eosbatch stack up` on the "

@@ -25,7 +25,7 @@ from confluent_kafka import TopicPartition as KafkaPartition
 from eosbatch.config import Settings
 from eosbatch.kafka import clients
 from eosbatch.kafka.errors import UNREACHABLE, describe, to_eosbatch
-from eosbatch.kafka.exceptions import KafkaUnavailable, RangeUnreadable
+from eosbatch.kafka.exceptions import KafkaUnavailable, RangeUnreadable, TopicMissing
 from eosbatch.protocol.ranges import OffsetRange, TopicPartition
 
 CHUNK = 10_000  # records handed to the caller at a time (one Arrow batch)
@@ -71,6 +71,7 @@ def read_exact(settings: Settings, ranges: Sequence[OffsetRange], group_id: str,
     consumer = clients.consumer(settings, **{"group.id": group_id, **CONSUMER})
     doing = f"reading {len(pending.ranges)} offset range(s) read_committed"
     try:
+        _check_partitions(consumer, pending.ranges, settings.connect_timeout_s, doing, settings.kafka_bootstrap)
         consumer.assign([KafkaPartition(r.topic, r.partition, r.start) for r in pending.ranges.values()])
         yield from _consume(consumer, pending, stall_s, chunk, doing, settings.kafka_bootstrap)
     except KafkaException as exc:
@@ -122,6 +123,22 @@ def _consume(consumer: Any, pending: _Pending, stall_s: float, chunk: int, doing
                                        f"these ranges did not reach their end: {pending.describe()}{why}")
     if out:
         yield out
+
+
+def _check_partitions(consumer: Any, ranges: dict[TopicPartition, OffsetRange], timeout: float, doing: str,
+                      bootstrap: str) -> None:
+    """A topic or partition that is not there fails at once (TopicMissing), not after the stall bound: a consumer
+    assigned to it would only wait."""
+    for topic in sorted({tp.topic for tp in ranges}):
+        found = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        error = found.error if found is not None else None
+        if found is None or (error is not None and error.code() != KafkaError.NO_ERROR):
+            reason = describe(error) if error is not None else "not in the cluster's metadata"
+            raise TopicMissing(f"kafka at {bootstrap}: {doing}: topic {topic}: {reason}")
+        missing = sorted(tp.partition for tp in ranges if tp.topic == topic and tp.partition not in found.partitions)
+        if missing:
+            raise TopicMissing(f"kafka at {bootstrap}: {doing}: topic {topic} has no partition {missing[0]} "
+                               f"({len(found.partitions)} partitions)")
 
 
 def _positions(consumer: Any, pending: _Pending) -> None:

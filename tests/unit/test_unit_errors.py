@@ -223,6 +223,31 @@ def test_spark_errors_map_to_terminal_and_transient_by_kind() -> None:
     assert map_spark_error(ours, "p") is ours
 
 
+def test_an_eosbatch_error_raised_in_a_python_worker_keeps_its_class_on_the_driver() -> None:
+    """The Python Kafka reader raises eosbatch.kafka's errors in the engine's workers; they come back inside a
+    PythonException's traceback."""
+    from eosbatch.engine.errors import map_spark_error
+    from eosbatch.engine.exceptions import SparkJobFailed
+    from eosbatch.kafka.exceptions import KafkaUnavailable, RangeUnreadable, TopicMissing
+
+    def worker(last: str) -> Exception:
+        return _named("PythonException", "An exception was thrown from the Python worker.\n[PYTHON_EXCEPTION] "
+                      "Traceback (most recent call last):\n  File \"x.py\", line 1, in read\n"
+                      + last + "\n SQLSTATE: 38000")
+
+    missing = map_spark_error(worker("eosbatch.kafka.exceptions.TopicMissing: kafka at h:9: topic t: gone"), "batch 3")
+    assert isinstance(missing, TopicMissing) and str(missing) == "batch 3: kafka at h:9: topic t: gone"
+    gone = map_spark_error(worker("eosbatch.kafka.exceptions.RangeUnreadable: t:0:5-9 is gone"), "p")
+    assert isinstance(gone, RangeUnreadable) and isinstance(gone, TerminalError)
+    assert isinstance(map_spark_error(worker("eosbatch.kafka.exceptions.KafkaUnavailable: no answer"), "p"),
+                      KafkaUnavailable)
+    config = map_spark_error(worker("eosbatch.exceptions.ConfigError: EOSBATCH_KAFKA_CONFIG: bad value"), "p")
+    assert isinstance(config, ConfigError) and config.field == "EOSBATCH_KAFKA_CONFIG"
+    other = map_spark_error(worker("eosbatch.kafka.exceptions.NoSuchError: x"), "p")
+    assert isinstance(other, SparkJobFailed)
+    assert isinstance(map_spark_error(worker("ValueError: x"), "p"), SparkJobFailed)
+
+
 def test_a_connect_server_without_spark_avro_is_a_terminal_error_saying_how_to_restart_it() -> None:
     """What a Connect server started before eosbatch read Avro (no spark-avro in its --jars) answers."""
     from eosbatch.engine.errors import map_spark_error
