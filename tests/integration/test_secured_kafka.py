@@ -19,7 +19,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from eosbatch import stack
+from eosbatch import config, stack
 from eosbatch.cli import EXIT_TERMINAL
 from eosbatch.stack.kafka import add_scram_user
 from tests.scenario import Scenario
@@ -57,12 +57,13 @@ def _grant(settings, user: str, scenario: Scenario, write_output: bool) -> None:
 def _as(scenario: Scenario, settings, user: str, password: str) -> None:
     sasl = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
             "sasl.password": password}
-    scenario.env_overrides = {"EOSBATCH_KAFKA_BOOTSTRAP": _sasl_bootstrap(settings),
-                              "EOSBATCH_KAFKA_CONFIG": json.dumps(sasl)}
+    scenario.env_overrides.update({"EOSBATCH_KAFKA_BOOTSTRAP": _sasl_bootstrap(settings),
+                                   "EOSBATCH_KAFKA_CONFIG": json.dumps(sasl)})
 
 
-def test_sasl_principals_with_and_without_write_access(settings, unique) -> None:
+def test_sasl_principals_with_and_without_write_access(settings, unique, kafka_reader) -> None:
     scenario = Scenario(settings, unique, "totals", batch=100_000)  # input written by the admin (open listener)
+    scenario.env_overrides[config.KAFKA_READER] = kafka_reader  # each reads with the principal's credentials
     writer, reader = f"eos_{unique}", f"noout_{unique}"
     passwords = {writer: secrets.token_urlsafe(12), reader: secrets.token_urlsafe(12)}
     for user, password in passwords.items():
