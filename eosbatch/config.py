@@ -32,8 +32,10 @@ OVERLAP = "EOSBATCH_OVERLAP"  # `eosbatch run` overlaps its batches' steps (proc
 EARLY_PUBLISH = "EOSBATCH_EARLY_PUBLISH"  # a batch's Kafka transaction is filled while its commit runs
 METRICS = "EOSBATCH_METRICS"  # where the OpenTelemetry metrics go: global, otlp, file:PATH or none (docs/monitoring.md)
 METRICS_TARGETS = ("global", "otlp", "none")
-KAFKA_READER = "EOSBATCH_KAFKA_READER"  # how the process step reads Kafka: spark (its Kafka source) or python
-KAFKA_READERS = ("spark", "python")
+# How the process step reads Kafka: spark (Spark's Kafka source), python (one librdkafka consumer per Spark task,
+# over many partitions), or auto (python for a batch of more than 4 partitions per engine core; docs/engine.md).
+KAFKA_READER = "EOSBATCH_KAFKA_READER"
+KAFKA_READERS = ("spark", "python", "auto")
 DEFAULT_COMPACT_EVERY = 1000
 DEFAULT_COMPACT_AFTER_DAYS = 7.0
 
@@ -103,8 +105,8 @@ class Settings(NamedTuple):
     # A transactional call's wait for the broker (EOSBATCH_TRANSACTION_CALL_TIMEOUT_S): past it, the outcome is
     # unknown (eosbatch.kafka.publisher's AMBIGUOUS state).
     transaction_call_timeout_s: float = DEFAULT_TRANSACTION_CALL_TIMEOUT_S
-    # The process step's Kafka reader: "spark" (Spark's Kafka source: a task and a Java consumer per partition) or
-    # "python" (eosbatch.spark.kafka_datasource: one librdkafka consumer per task, over many partitions).
+    # The process step's Kafka reader: "spark" (Spark's Kafka source: a task and a Java consumer per partition),
+    # "python" (eosbatch.spark.kafka_datasource: one librdkafka consumer per task, over many partitions) or "auto".
     kafka_reader: str = "spark"
 
     def kafka(self, **overrides: Any) -> dict[str, Any]:
@@ -285,10 +287,10 @@ def metrics_target(raw: str) -> str:
 
 
 def kafka_reader(raw: str) -> str:
-    """EOSBATCH_KAFKA_READER: spark (the default) or python."""
+    """EOSBATCH_KAFKA_READER: spark (the default), python or auto."""
     value = raw.strip().lower() or KAFKA_READERS[0]
     if value not in KAFKA_READERS:
-        raise ConfigError(KAFKA_READER, f"expected {' or '.join(KAFKA_READERS)}, got {raw!r}")
+        raise ConfigError(KAFKA_READER, f"expected spark, python or auto, got {raw!r}")
     return value
 
 

@@ -62,13 +62,28 @@ def options(settings: Settings, ranges: Sequence[OffsetRange], count: int, group
             CLIENT: json.dumps(client), SECRET_CONFIG: json.dumps(settings.kafka_config)}
 
 
+def task_count(spark: SparkSession, settings: Settings, ranges: Sequence[OffsetRange]) -> int:
+    """How many tasks read `ranges`: as many as the batch is staged by (spark.tasks), else one per range."""
+    cores = tasks.engine_cores(spark) if tasks.needs_cores(len(ranges), settings.staging_writers) else 0
+    return tasks.staging_tasks(len(ranges), settings.staging_writers, cores) or len(ranges)
+
+
+def chosen(spark: SparkSession, settings: Settings, ranges: Sequence[OffsetRange]) -> bool:
+    """Whether this reader reads the batch: EOSBATCH_KAFKA_READER=python, or =auto and its tasks would each read
+    several ranges (measured: it reads a batch of many small partitions ~5x faster than the Kafka source, which
+    makes a task and a consumer per partition; a batch of few large ones ~1.5x slower: its records cross from
+    Python)."""
+    if settings.kafka_reader == "python":
+        return True
+    return settings.kafka_reader == "auto" and task_count(spark, settings, ranges) < len(ranges)
+
+
 def read_ranges(spark: SparkSession, settings: Settings, ranges: list[OffsetRange], group_id: str) -> DataFrame:
     """The ranges' records, read_committed, as the Spark Kafka source gives them (reader.read_ranges)."""
     if id(spark) not in _registered:
         spark.dataSource.register(KafkaRanges)
         _registered.add(id(spark))
-    cores = tasks.engine_cores(spark) if tasks.needs_cores(len(ranges), settings.staging_writers) else 0
-    count = tasks.staging_tasks(len(ranges), settings.staging_writers, cores) or len(ranges)
+    count = task_count(spark, settings, ranges)
     return (spark.read.format(NAME).schema(KAFKA_COLUMNS)
             .options(**options(settings, ranges, count, group_id)).load())
 

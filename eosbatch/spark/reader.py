@@ -54,12 +54,14 @@ FETCH_MAX_WAIT_MS = "5"
 
 def read_ranges(spark: SparkSession, settings: Settings, ranges: list[OffsetRange], pipeline: str) -> DataFrame:
     """The ranges' records, read_committed, with the security settings every other client uses (the JAAS
-    line is redacted from plans: spark_kafka_options.REDACTION_REGEX). EOSBATCH_KAFKA_READER=python reads them
-    with one librdkafka consumer per task instead (eosbatch.spark.kafka_datasource), with the same columns."""
-    if settings.kafka_reader == "python":
+    line is redacted from plans: spark_kafka_options.REDACTION_REGEX). EOSBATCH_KAFKA_READER=python (or =auto,
+    for a batch of many ranges per task) reads them with one librdkafka consumer per task instead
+    (eosbatch.spark.kafka_datasource), with the same columns."""
+    if settings.kafka_reader != "spark":
         from eosbatch.spark import kafka_datasource
 
-        return kafka_datasource.read_ranges(spark, settings, ranges, group_id_prefix(pipeline))
+        if kafka_datasource.chosen(spark, settings, ranges):
+            return kafka_datasource.read_ranges(spark, settings, ranges, group_id_prefix(pipeline))
     assign, starts, ends = offsets_json(ranges)
     return (spark.read.format("kafka")
             .options(**reader_options(settings.kafka_config))

@@ -184,9 +184,10 @@ def test_both_readers_give_the_same_rows_and_the_same_dead_letters(settings, spa
     assert {d[-1] for d in dead["spark"]} > {reader.TOMBSTONE}  # malformed values, and tombstones
 
 
-@pytest.mark.parametrize("reader_kind", READERS)
+@pytest.mark.parametrize("reader_kind", [*READERS, "auto"])
 def test_ranges_over_many_partitions_in_one_batch(settings, spark, unique, reader_kind) -> None:
-    """Sixty partitions in one read: the Python reader spreads them over the engine's cores, one consumer each."""
+    """Sixty partitions in one read: the Python reader spreads them over the engine's cores, one consumer each
+    (auto: the Python reader too, as the batch has more than 4 ranges per core)."""
     topic = f"readers_many_{unique}"
     produced = generate(settings, topic=topic, records=600, partitions=60, transaction_size=50, abort_every=4,
                         malformed_every=0, seed=5)

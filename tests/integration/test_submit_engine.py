@@ -12,10 +12,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 def test_spark_submit_runs_share_one_pipeline_log_and_leave_no_files(settings, unique, tmp_path,
-                                                                       monkeypatch) -> None:
+                                                                       monkeypatch, kafka_reader) -> None:
     logs, temp = tmp_path / "logs", tmp_path / "tmp"
     temp.mkdir()
     monkeypatch.setenv("EOSBATCH_SPARK_REMOTE", "")  # the spark-submit engine
+    monkeypatch.setenv("EOSBATCH_KAFKA_READER", kafka_reader)  # the Python reader on a classic session too
     monkeypatch.setenv("EOSBATCH_LOG_DIR", str(logs))
     monkeypatch.setenv("TMPDIR", str(temp))
     scenario = Scenario(settings, unique, "totals", records=2400, batch=1000)  # 3 batches, one run

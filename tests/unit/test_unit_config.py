@@ -271,9 +271,10 @@ def test_the_kafka_reader_is_spark_unless_python_is_asked_for_and_travels_to_chi
     assert load(env()).kafka_reader == "spark"
     assert load(env(EOSBATCH_KAFKA_READER=" Python ")).kafka_reader == "python"
     assert load(to_env(load(env(EOSBATCH_KAFKA_READER="python")))).kafka_reader == "python"
+    assert load(env(EOSBATCH_KAFKA_READER="auto")).kafka_reader == "auto"
     for bad in ("java", "spark,python", "1"):
         error = failure(env(EOSBATCH_KAFKA_READER=bad))
-        assert error.field == "EOSBATCH_KAFKA_READER" and "spark or python" in str(error) and bad in str(error)
+        assert error.field == "EOSBATCH_KAFKA_READER" and "spark, python or auto" in str(error) and bad in str(error)
 
 
 def test_compaction_settings_default_and_are_validated() -> None:

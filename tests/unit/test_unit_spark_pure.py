@@ -129,3 +129,15 @@ def test_the_python_readers_tasks_share_the_ranges_by_offsets_largest_first() ->
     assert splits([], 4) == []
     thousand = [OffsetRange("t", p, 0, 22) for p in range(1000)]
     assert [len(g) for g in splits(thousand, 2)] == [500, 500]
+
+
+def test_the_auto_reader_is_the_python_one_when_its_tasks_would_each_read_several_ranges() -> None:
+    from eosbatch.config import Settings
+    from eosbatch.spark.kafka_datasource import chosen
+
+    ranges = [OffsetRange("t", p, 0, 20) for p in range(10)]
+    bounded = Settings("postgresql://h/db", "h:9092", {}, "local[2]", staging_writers=2)  # no Spark asked
+    assert chosen(None, bounded._replace(kafka_reader="auto"), ranges)  # 10 ranges in 2 tasks
+    assert not chosen(None, bounded._replace(kafka_reader="auto"), ranges[:2])  # a task per range
+    assert chosen(None, bounded._replace(kafka_reader="python"), ranges[:1])
+    assert not chosen(None, bounded, ranges)  # spark, the default
