@@ -1,13 +1,15 @@
 """Scale: the steps' cost as the partition count grows, and the ledger's growth per batch.
 
     .venv/bin/python -m bench.scale [--partitions 10,100,1000] [--per-partition 20] [--staging-writers 0,2]
-                                    [--fetch-wait-ms 500,5] [--rounds 3] [--batches 10000] [--real-batches 5]
+                                    [--fetch-wait-ms 500,5] [--readers spark,python,auto] [--rounds 3]
+                                    [--batches 10000] [--real-batches 5]
                                     [--no-peer] [--rss-partitions 10,1000] [--results DIR] [--keep]
 
 - For each partition count P, a fresh topic of P partitions with `per-partition` records in each, one batch
   over all of it: plan, process, commit, publish (+ finalize) timed one by one, then `status` and `ranges`
   (what an operator runs), and the ledger rows the batch added; with each `--staging-writers` bound and each
-  `--fetch-wait-ms` of the Kafka reader (alternating), side by side, `--rounds` times. After the first of
+  `--fetch-wait-ms` of the Kafka reader and each `--readers` (EOSBATCH_KAFKA_READER; alternating), side by
+  side, `--rounds` times. After the first of
   those cases of each partition count and round, the Structured Streaming peer (bench/peer.py, as bench.run
   runs it) over the same topic, unless --no-peer: seconds per batch of both, the ratio beside them, and the
   figure (bench/plots.py) as JSON and PNG in --results.
@@ -241,6 +243,9 @@ def _options(argv: list[str] | None) -> argparse.Namespace:
                         help="the Kafka reader's fetch.max.wait.ms values to run each case with, alternating "
                              "(comma-separated, e.g. 500,5: Kafka's default against eosbatch's; default: "
                              "eosbatch's only)")
+    parser.add_argument("--readers", default="",
+                        help="EOSBATCH_KAFKA_READER values to run each case with, alternating (comma-separated, "
+                             "e.g. spark,python,auto; default: the environment's, else spark)")
     parser.add_argument("--rounds", type=int, default=1, help="of every case, one after the other")
     parser.add_argument("--batches", type=int, default=10_000,
                         help="of the history case, written ledger-only (0: skip it)")
@@ -265,36 +270,39 @@ def main(argv: list[str] | None = None) -> None:
     counts = [int(p) for p in args.partitions.split(",") if p]
     writers = [int(w) for w in args.staging_writers.split(",") if w]
     waits = [w.strip() for w in args.fetch_wait_ms.split(",") if w.strip()] or [reader.FETCH_MAX_WAIT_MS]
+    readers = [config.kafka_reader(k) for k in args.readers.split(",") if k.strip()] or [settings.kafka_reader]
     # a budget of twice the records: one batch over everything, commit markers included
-    cases = [(Run(f"bench_{stamp}_p{p}_w{w}_f{f}_r{r}", p * args.per_partition), p,
-              2 * p * args.per_partition + 4 * p, w, f)
-             for p in counts for w in writers for r in range(args.rounds) for f in waits]
+    cases = [(Run(f"bench_{stamp}_p{p}_w{w}_f{f}_{k}_r{r}", p * args.per_partition), p,
+              2 * p * args.per_partition + 4 * p, w, f, k)
+             for p in counts for w in writers for r in range(args.rounds) for f in waits for k in readers]
     history = Run(f"bench_{stamp}_history", (args.batches + 2 * args.real_batches) * HISTORY_BATCH)
     rss = [(Run(f"bench_{stamp}_rss{p}", p * args.per_partition), p)
            for p in (int(p) for p in args.rss_partitions.split(",") if p.strip())]
-    define([*((run, p, most) for run, p, most, _, _ in cases), (history, HISTORY_PARTITIONS, HISTORY_BATCH),
+    define([*((run, p, most) for run, p, most, _, _, _ in cases), (history, HISTORY_PARTITIONS, HISTORY_BATCH),
             *((run, p, 2 * run.records + 4 * p) for run, p in rss)])
     rows: list[list[Any]] = []
     sides: list[scale_peer.Side] = []
     default_wait = reader.FETCH_MAX_WAIT_MS
     try:
-        for run, partitions, _, bound, wait in cases:
+        for run, partitions, _, bound, wait, kind in cases:
             os.environ[config.STAGING_WRITERS] = str(bound) if bound else ""
+            os.environ[config.KAFKA_READER] = kind
             reader.FETCH_MAX_WAIT_MS = wait  # read when the batch's DataFrame is built, in this process
             row, batch_s = partitions_case(settings, run, partitions)
-            rows.append([str(bound or "unset"), wait, *row])
-            print(f"{partitions} partitions, staging writers {bound or 'unset'}, fetch wait {wait} ms: "
-                  f"{batch_s:.1f} s a batch", flush=True)
-            if (bound, wait) == (writers[0], waits[0]):  # the peer once per partition count and round
+            rows.append([kind, str(bound or "unset"), wait, *row])
+            print(f"{partitions} partitions, {kind} reader, staging writers {bound or 'unset'}, fetch wait {wait} "
+                  f"ms: {batch_s:.1f} s a batch", flush=True)
+            if (bound, wait, kind) == (writers[0], waits[0], readers[0]):  # the peer once per count and round
                 peer_s, trigger_s = scale_peer.peer_batch(settings, run, partitions) if args.peer else (None, None)
                 sides.append(scale_peer.Side(partitions, run.records, batch_s, peer_s, trigger_s))
                 if peer_s is not None:
                     print(f"{partitions} partitions, the peer on the same topic: {peer_s:.1f} s "
                           f"(trigger {trigger_s:.1f} s)", flush=True)
         os.environ.pop(config.STAGING_WRITERS, None)
+        os.environ[config.KAFKA_READER] = settings.kafka_reader  # as the environment had it (the memory check)
         reader.FETCH_MAX_WAIT_MS = default_wait
         if rows:
-            print("\n" + _table(["staging writers", "fetch wait ms", "partitions", "records read", "plan s",
+            print("\n" + _table(["reader", "staging writers", "fetch wait ms", "partitions", "records read", "plan s",
                                  "process s", "commit s", "publish s", "status s", "ranges s",
                                  "batch/committed ranges rows"], rows))
             print("\n" + scale_peer.table(sides), flush=True)
