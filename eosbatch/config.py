@@ -106,8 +106,9 @@ class Settings(NamedTuple):
     # unknown (eosbatch.kafka.publisher's AMBIGUOUS state).
     transaction_call_timeout_s: float = DEFAULT_TRANSACTION_CALL_TIMEOUT_S
     # The process step's Kafka reader: "spark" (Spark's Kafka source: a task and a Java consumer per partition),
-    # "python" (eosbatch.spark.kafka_datasource: one librdkafka consumer per task, over many partitions) or "auto".
-    kafka_reader: str = "spark"
+    # "python" (eosbatch.spark.kafka_datasource: one librdkafka consumer per task, over many partitions) or "auto"
+    # (the default: python for a batch whose tasks each read several partitions, spark otherwise).
+    kafka_reader: str = "auto"
 
     def kafka(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings for a client: bootstrap + the user's extra config + the caller's needs."""
@@ -287,8 +288,8 @@ def metrics_target(raw: str) -> str:
 
 
 def kafka_reader(raw: str) -> str:
-    """EOSBATCH_KAFKA_READER: spark (the default), python or auto."""
-    value = raw.strip().lower() or KAFKA_READERS[0]
+    """EOSBATCH_KAFKA_READER: spark, python or auto (the default)."""
+    value = raw.strip().lower() or "auto"
     if value not in KAFKA_READERS:
         raise ConfigError(KAFKA_READER, f"expected spark, python or auto, got {raw!r}")
     return value

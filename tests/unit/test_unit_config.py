@@ -267,8 +267,9 @@ def test_staging_writers_is_a_bounded_whole_number() -> None:
         assert error.field == "EOSBATCH_STAGING_WRITERS" and "PostgreSQL connections" in str(error)
 
 
-def test_the_kafka_reader_is_spark_unless_python_is_asked_for_and_travels_to_children() -> None:
-    assert load(env()).kafka_reader == "spark"
+def test_the_kafka_reader_is_auto_unless_another_is_asked_for_and_travels_to_children() -> None:
+    assert load(env()).kafka_reader == "auto"
+    assert load(env(EOSBATCH_KAFKA_READER="spark")).kafka_reader == "spark"
     assert load(env(EOSBATCH_KAFKA_READER=" Python ")).kafka_reader == "python"
     assert load(to_env(load(env(EOSBATCH_KAFKA_READER="python")))).kafka_reader == "python"
     assert load(env(EOSBATCH_KAFKA_READER="auto")).kafka_reader == "auto"

@@ -140,4 +140,5 @@ def test_the_auto_reader_is_the_python_one_when_its_tasks_would_each_read_severa
     assert chosen(None, bounded._replace(kafka_reader="auto"), ranges)  # 10 ranges in 2 tasks
     assert not chosen(None, bounded._replace(kafka_reader="auto"), ranges[:2])  # a task per range
     assert chosen(None, bounded._replace(kafka_reader="python"), ranges[:1])
-    assert not chosen(None, bounded, ranges)  # spark, the default
+    assert not chosen(None, bounded._replace(kafka_reader="spark"), ranges)
+    assert chosen(None, bounded, ranges)  # auto, the default
