@@ -245,7 +245,7 @@ def _options(argv: list[str] | None) -> argparse.Namespace:
                              "eosbatch's only)")
     parser.add_argument("--readers", default="",
                         help="EOSBATCH_KAFKA_READER values to run each case with, alternating (comma-separated, "
-                             "e.g. spark,python,auto; default: the environment's, else spark)")
+                             "e.g. spark,python,auto; default: the environment's, else auto)")
     parser.add_argument("--rounds", type=int, default=1, help="of every case, one after the other")
     parser.add_argument("--batches", type=int, default=10_000,
                         help="of the history case, written ledger-only (0: skip it)")
