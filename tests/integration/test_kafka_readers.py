@@ -18,6 +18,7 @@ from eosbatch.config import Settings
 from eosbatch.kafka import clients, offsets
 from eosbatch.pipeline import KafkaSource
 from eosbatch.protocol.ranges import OffsetRange
+from eosbatch.spark import kafka_datasource
 from examples.orders.generate import ensure_topics, generate
 from tests.pipelines.factory import ORDER_SCHEMA
 
@@ -186,10 +187,11 @@ def test_both_readers_give_the_same_rows_and_the_same_dead_letters(settings, spa
 
 @pytest.mark.parametrize("reader_kind", [*READERS, "auto"])
 def test_ranges_over_many_partitions_in_one_batch(settings, spark, unique, reader_kind) -> None:
-    """Sixty partitions in one read: the Python reader spreads them over the engine's cores, one consumer each
-    (auto: the Python reader too, as the batch has more than 4 ranges per core)."""
+    """64 partitions in one read: the Python reader spreads them over the engine's cores, one consumer each
+    (auto: the Python reader too, as the batch has more than 4 ranges per core and AUTO_MIN_RANGES of them)."""
+    assert kafka_datasource.AUTO_MIN_RANGES <= 64
     topic = f"readers_many_{unique}"
-    produced = generate(settings, topic=topic, records=600, partitions=60, transaction_size=50, abort_every=4,
+    produced = generate(settings, topic=topic, records=600, partitions=64, transaction_size=50, abort_every=4,
                         malformed_every=0, seed=5)
     bounds = offsets.bounds(settings, [topic])
     ranges = [OffsetRange(tp.topic, tp.partition, b.low, b.stable) for tp, b in sorted(bounds.items())]

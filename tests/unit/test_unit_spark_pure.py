@@ -135,10 +135,11 @@ def test_the_auto_reader_is_the_python_one_when_its_tasks_would_each_read_severa
     from eosbatch.config import Settings
     from eosbatch.spark.kafka_datasource import chosen
 
-    ranges = [OffsetRange("t", p, 0, 20) for p in range(10)]
+    ranges = [OffsetRange("t", p, 0, 20) for p in range(100)]
     bounded = Settings("postgresql://h/db", "h:9092", {}, "local[2]", staging_writers=2)  # no Spark asked
-    assert chosen(None, bounded._replace(kafka_reader="auto"), ranges)  # 10 ranges in 2 tasks
+    assert chosen(None, bounded._replace(kafka_reader="auto"), ranges)  # 100 ranges in 2 tasks
     assert not chosen(None, bounded._replace(kafka_reader="auto"), ranges[:2])  # a task per range
+    assert not chosen(None, bounded._replace(kafka_reader="auto"), ranges[:10])  # too few to pay its fixed cost
     assert chosen(None, bounded._replace(kafka_reader="python"), ranges[:1])
     assert not chosen(None, bounded._replace(kafka_reader="spark"), ranges)
     assert chosen(None, bounded, ranges)  # auto, the default
