@@ -76,9 +76,6 @@ def run(ctx: Context, max_batches: int | None = None) -> RunSummary:
     """running.run, with the steps of consecutive batches overlapped (see the module's docstring)."""
     owner = leases.runner_id()
     settings, pipeline_name, log = ctx.settings, ctx.pipeline.name, ctx.log
-    if settings.early_publish and ctx.pipeline.output is not None:
-        log("not published early (an overlapped run commits one batch while it publishes the one before; "
-            "each batch is published from its outbox)")
     finished: list[store.Batch] = []
     errors: list[BaseException] = []
 
@@ -107,6 +104,9 @@ def run(ctx: Context, max_batches: int | None = None) -> RunSummary:
     try:
         batch = steps.plan(ctx, owner)  # recovers the lane and takes its epoch
         if batch is not None:
+            if settings.early_publish and ctx.pipeline.output is not None:
+                log("not published early (an overlapped run commits one batch while it publishes the one "
+                    "before; each batch is published from its outbox)")
             epoch, planned = batch.epoch, 1
             with leases.Heartbeat(settings, pipeline_name, "regular", owner) as lease, \
                     contextlib.ExitStack() as stages:

@@ -36,14 +36,15 @@ def run(ctx: Context, max_batches: int | None = None, overlap: bool | None = Non
     if ctx.settings.overlap if overlap is None else overlap:
         return overlapped.run(ctx, max_batches)
     owner = leases.runner_id()
-    if ctx.settings.early_publish and (why_not := sinks.never_early(ctx.pipeline)):
-        ctx.log(f"not published early ({why_not}): each batch commits, then publishes from the outbox")
+    why_not = sinks.never_early(ctx.pipeline) if ctx.settings.early_publish else None
     summary = RunSummary(0, 0, 0, 0, 0)
     try:
         while max_batches is None or summary.batches < max_batches:
             batch = steps.plan(ctx, owner)
             if batch is None:
                 break
+            if why_not and not summary.batches:  # once a run, and only when it runs a batch
+                ctx.log(f"not published early ({why_not}): each batch commits, then publishes from the outbox")
             summary = summary.add(run_batch(ctx, batch, owner))
     finally:
         steps.release_publishers()
