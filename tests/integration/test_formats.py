@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from eosbatch.kafka.read_back import read_topic
 from eosbatch.ledger import schema_sets, store
 from eosbatch.verify import audit, check_output
 from examples.orders import generate
+from tests.conftest import _unavailable
 from tests.scenario import context
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -151,9 +151,7 @@ def test_each_format_parses_its_role_or_names_the_reason(settings) -> None:
     """The reader on records made in Spark (no topic): JSON and Avro keys, String and Bytes values, a JSON value
     whose parse keeps the columns it always had, and the dead letters' key and value as the bytes they were."""
     if not settings.spark_remote:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("CI=true: needs the stack's Spark Connect server (EOSBATCH_SPARK_REMOTE)", pytrace=False)
-        pytest.skip("needs the stack's Spark Connect server")
+        _unavailable("needs the stack's Spark Connect server (EOSBATCH_SPARK_REMOTE)")
     from eosbatch.engine import connect
     from eosbatch.formats import Bytes, Json
     from eosbatch.spark import reader

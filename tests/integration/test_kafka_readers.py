@@ -20,6 +20,7 @@ from eosbatch.pipeline import KafkaSource
 from eosbatch.protocol.ranges import OffsetRange
 from eosbatch.spark import kafka_datasource
 from examples.orders.generate import ensure_topics, generate
+from tests.conftest import _unavailable
 from tests.pipelines.factory import ORDER_SCHEMA
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -30,9 +31,7 @@ READERS = ["spark", "python"]
 @pytest.fixture
 def spark(settings: Settings) -> Any:
     if not settings.spark_remote:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("CI=true: needs the stack's Spark Connect server (EOSBATCH_SPARK_REMOTE)", pytrace=False)
-        pytest.skip("needs the stack's Spark Connect server")
+        _unavailable("needs the stack's Spark Connect server (EOSBATCH_SPARK_REMOTE)")
     from eosbatch.engine import connect
 
     return connect.session(settings)
