@@ -3,10 +3,9 @@
 - `eosbatch__<pipeline>`: up to `batches_per_run` micro-batches per run (AirflowOptions, default 4), one after
   another, each a TaskGroup `batch_1` .. `batch_N`: plan -> process -> commit -> publish -> finalize, and
   `abort` (trigger rule one_failed) after process/commit. Each group's plan runs only once the previous batch is
-  finalized (a lane allows one unfinished batch), through two gates after each group: `batch_K_failed` (a task
-  of batch K failed) and `batch_K_caught_up` (batch K's plan found nothing new); the next plan runs only when
-  neither holds (trigger rule all_skipped), so a caught-up plan or a failed batch skips the rest of the run in
-  the scheduler, without running a task. The pipeline's `schedule` is the DAG's (with AirflowOptions(trigger=
+  finalized (a lane allows one unfinished batch), and only when the gate after it, `batch_K_failed` (a task of
+  batch K failed), was skipped: a failed batch skips the rest of the run in the scheduler, without running a
+  task. A plan that finds nothing new skips everything after it at once, later groups included. The pipeline's `schedule` is the DAG's (with AirflowOptions(trigger=
   "data"), a watched Asset: a run when data arrives, eosbatch/orchestration/triggers.py); one run at a time.
 - `eosbatch__<pipeline>__backfill`: params `ranges` or `from`/`to`, `mode`, `publish`; `plan` (a dry run:
   validates the request, shows the plan, changes nothing) -> `batch`, one mapped instance per planned batch
@@ -113,19 +112,21 @@ def steps_after_plan(pipeline: Pipeline) -> tuple[sequence.Step, ...]:
 
 
 def _group(pipeline: Pipeline, group_id: str, prefix_group_id: bool, verify: bool, done_rule: TriggerRule,
-           plan_rule: TriggerRule = TriggerRule.ALL_SUCCESS, with_done: bool = True) -> tuple[TaskGroup, Any, Any]:
+           plan_rule: TriggerRule = TriggerRule.ALL_SUCCESS, with_done: bool = True,
+           caught_up_ends_run: bool = False) -> tuple[TaskGroup, Any, Any]:
     """The micro-batch TaskGroup, its plan task and its last step's task (finalize, or commit_and_publish).
     `done_rule`: none_failed runs `done` after a caught-up plan (a user's group); none_failed_min_one_success
-    skips it when everything before it was skipped (the DAG's groups: a caught-up or skipped group costs no
-    task). `plan_rule`: when plan runs. Without `with_done` (the compact DAG's groups), `done` is a gate that
-    runs no process (the scheduler sets its state): the last step's task returns the batch's counts."""
+    skips it when everything before it was skipped. `plan_rule`: when plan runs. Without `with_done` (the
+    compact DAG's groups), `done` is a gate that runs no process (the scheduler sets its state): the last step's
+    task returns the batch's counts. A caught-up plan skips the group's tasks that take the planned batch
+    (a user's group: nothing past `done`), or with `caught_up_ends_run` (the DAG's groups) everything after it in
+    the DAG at once: one scheduler loop ends the run, where a cascade of trigger rules took one per level."""
     name = pipeline.name
     retry = _retry(pipeline)
     with TaskGroup(group_id=group_id, prefix_group_id=prefix_group_id, tooltip=f"eosbatch micro-batch of {name}",
                    ) as group:
 
-        # Only the group's tasks that take the planned batch are skipped: nothing past `done` is.
-        @task.short_circuit(task_id=sequence.PLAN.name, ignore_downstream_trigger_rules=False,
+        @task.short_circuit(task_id=sequence.PLAN.name, ignore_downstream_trigger_rules=caught_up_ends_run,
                             outlets=assets.aliases(pipeline, *sequence.PLAN.announces), doc_md=sequence.PLAN.doc,
                             trigger_rule=plan_rule, **retry)
         def plan() -> int | None:
@@ -200,7 +201,8 @@ def schedule(pipeline: Pipeline) -> Any:
 
 def microbatch_dag(pipeline: Pipeline) -> DAG:
     """Up to `batches_per_run` micro-batches, one TaskGroup each (`batch_1` ..), one after another: each
-    group's plan runs once the batch before it is finalized, and neither failed nor found nothing new. With
+    group's plan runs once the batch before it is finalized and did not fail; a plan that finds nothing new
+    skips the rest of the run. With
     AirflowOptions(shape="compact"), a group is plan -> process -> commit_and_publish (and `abort`)."""
     name, most = pipeline.name, pipeline.airflow.batches_per_run
     shown = " -> ".join(["plan", *(step.name for step in steps_after_plan(pipeline))])
@@ -213,13 +215,11 @@ def microbatch_dag(pipeline: Pipeline) -> DAG:
             _, plan, finalize = _group(pipeline, f"batch_{number}", True, False,
                                        done_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
                                        plan_rule=TriggerRule.ALL_SKIPPED if gates else TriggerRule.ALL_SUCCESS,
-                                       with_done=pipeline.airflow.shape != "compact")
+                                       with_done=pipeline.airflow.shape != "compact", caught_up_ends_run=True)
             gates >> plan
             if number < most:
                 gates = [Gate(task_id=f"batch_{number}_failed", trigger_rule=TriggerRule.ALL_FAILED,
-                              doc_md=f"Success: a task of batch {number} failed, so the run stops here."),
-                         Gate(task_id=f"batch_{number}_caught_up", trigger_rule=TriggerRule.ALL_SKIPPED,
-                              doc_md=f"Success: batch {number}'s plan found nothing new, so the run stops here.")]
+                              doc_md=f"Success: a task of batch {number} failed, so the run stops here.")]
                 finalize >> gates
     return dag
 

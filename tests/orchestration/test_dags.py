@@ -55,14 +55,14 @@ def test_dag_file_imports_without_errors_into_three_dags_per_pipeline(dagbag) ->
 @pytest.mark.parametrize("pipeline", PIPELINES)
 def test_micro_batch_dag(dagbag, pipeline) -> None:
     """`batches_per_run` TaskGroups, one per batch, each planned only after the previous one finalized, and
-    never after one failed or found nothing new (the two gates between them)."""
+    never after one failed (the gate between them); a plan that finds nothing new skips the rest of the run."""
     from eosbatch.pipeline import BATCHES_PER_RUN
 
     dag = dagbag.get_dag(f"eosbatch__{pipeline}")
     assert dag.max_active_runs == 1 and dag.catchup is False
     steps = ["plan", "process", "commit", "publish", "finalize", "abort", "done"]
     groups = [f"batch_{n}" for n in range(1, BATCHES_PER_RUN + 1)]
-    gates = [f"{g}_{why}" for g in groups[:-1] for why in ("failed", "caught_up")]
+    gates = [f"{g}_failed" for g in groups[:-1]]
     assert set(dag.task_ids) == {f"{g}.{step}" for g in groups for step in steps} | set(gates)
     for number, group in enumerate(groups, 1):
         task = {step: dag.get_task(f"{group}.{step}") for step in steps}
@@ -73,19 +73,18 @@ def test_micro_batch_dag(dagbag, pipeline) -> None:
         assert task["abort"].upstream_task_ids == {f"{group}.process", f"{group}.commit"}
         assert task["abort"].task_id not in task["publish"].downstream_task_ids  # a committed batch rolls forward
         assert type(task["plan"]).__name__ == "_ShortCircuitDecoratedOperator"
+        assert task["plan"].ignore_downstream_trigger_rules  # caught up: the whole rest of the run, at once
         # done is skipped when its whole group was (a caught-up or stopped run costs no task)
         assert task["done"].trigger_rule == "none_failed_min_one_success"
         assert task["done"].upstream_task_ids == {f"{group}.finalize", f"{group}.abort"}
         if number == 1:
             assert task["plan"].upstream_task_ids == set() and task["plan"].trigger_rule == "all_success"
-        else:  # the next batch is planned only when the previous one neither failed nor was caught up
+        else:  # the next batch is planned only when the previous one did not fail
             before = groups[number - 2]
             assert task["plan"].trigger_rule == "all_skipped"
-            assert task["plan"].upstream_task_ids == {f"{before}_failed", f"{before}_caught_up"}
+            assert task["plan"].upstream_task_ids == {f"{before}_failed"}
             assert dag.get_task(f"{before}_failed").trigger_rule == "all_failed"
-            assert dag.get_task(f"{before}_caught_up").trigger_rule == "all_skipped"
-            for gate in ("failed", "caught_up"):
-                assert dag.get_task(f"{before}_{gate}").upstream_task_ids == {f"{before}.finalize"}
+            assert dag.get_task(f"{before}_failed").upstream_task_ids == {f"{before}.finalize"}
     for task in dag.tasks:
         assert task.retries >= 1 or task.task_id in gates, task.task_id
     # asset events only through aliases: a task adds them for the batches it really committed or published
@@ -117,7 +116,7 @@ def test_a_pipelines_airflow_options_are_its_dags_settings() -> None:
     micro = built["eosbatch__options_probe"]
     assert micro.max_active_runs == 1 and micro.tags == {"eosbatch", "options_probe", "orders"}
     assert built["eosbatch__options_probe__backfill"].tags == {"eosbatch", "options_probe", "backfill", "orders"}
-    gates = {"batch_1_failed", "batch_1_caught_up"}
+    gates = {"batch_1_failed"}
     assert {t.task_id.split(".")[0] for t in micro.tasks} == {"batch_1", "batch_2", *gates}
     for dag in built.values():
         assert dag.default_args["owner"] == "data-team"
@@ -145,9 +144,9 @@ def test_compact_shape_is_plan_process_commit_and_publish_and_an_empty_done() ->
     assert down == {
         "batch_1.plan": ["batch_1.commit_and_publish", "batch_1.process"],
         "batch_1.process": ["batch_1.abort", "batch_1.commit_and_publish"],
-        "batch_1.commit_and_publish": ["batch_1.abort", "batch_1.done", "batch_1_caught_up", "batch_1_failed"],
+        "batch_1.commit_and_publish": ["batch_1.abort", "batch_1.done", "batch_1_failed"],
         "batch_1.abort": ["batch_1.done"], "batch_1.done": [],
-        "batch_1_failed": ["batch_2.plan"], "batch_1_caught_up": ["batch_2.plan"],
+        "batch_1_failed": ["batch_2.plan"],
         "batch_2.plan": ["batch_2.commit_and_publish", "batch_2.process"],
         "batch_2.process": ["batch_2.abort", "batch_2.commit_and_publish"],
         "batch_2.commit_and_publish": ["batch_2.abort", "batch_2.done"], "batch_2.abort": ["batch_2.done"],
