@@ -5,8 +5,9 @@
   `abort` (trigger rule one_failed) after process/commit. Each group's plan runs only once the previous batch is
   finalized (a lane allows one unfinished batch), and only when the gate after it, `batch_K_failed` (a task of
   batch K failed), was skipped: a failed batch skips the rest of the run in the scheduler, without running a
-  task. A plan that finds nothing new skips everything after it at once, later groups included. The pipeline's `schedule` is the DAG's (with AirflowOptions(trigger=
-  "data"), a watched Asset: a run when data arrives, eosbatch/orchestration/triggers.py); one run at a time.
+  task. A plan that finds nothing new skips everything after it at once, later groups included. The pipeline's
+  `schedule` is the DAG's (with AirflowOptions(trigger="data"), a watched Asset: a run when data arrives,
+  eosbatch/orchestration/triggers.py); one run at a time.
 - `eosbatch__<pipeline>__backfill`: params `ranges` or `from`/`to`, `mode`, `publish`; `plan` (a dry run:
   validates the request, shows the plan, changes nothing) -> `batch`, one mapped instance per planned batch
   (one at a time, in order; each retried or cleared alone) -> `done`.
