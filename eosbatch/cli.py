@@ -112,6 +112,9 @@ def _command(args: argparse.Namespace) -> int:
         _airflow(args.action)
     elif args.command in ("topic", "produce", "pipelines", "check"):
         return _user_tools(args)
+    elif args.command == "warm-up":
+        rounds = commands.warm_up(args.records, args.rounds, log=log)
+        print(f"warmed up: {len(rounds)} round(s), the last {rounds[-1].seconds:.1f}s")
     elif args.command == "verify":
         audit = commands.verify(args.pipeline, recompute=not args.no_recompute, log=_to_stderr,
                                 batch_id=args.batch_id)

@@ -283,6 +283,15 @@ def _user_tools(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                                        "privileges a batch needs. Exit 0 when every check holds, 1 when one fails.")
     check.add_argument("pipeline")
     _json(check)
+    warm = sub.add_parser("warm-up", help="warm a Spark Connect server just started (stack up warms its own)",
+                          description="Run a batch's read, parse and encoding paths on the Spark Connect server "
+                                      "the settings name (EOSBATCH_SPARK_REMOTE), over a topic of their own "
+                                      "(eosbatch-engine-warm-up, created on EOSBATCH_KAFKA_BOOTSTRAP's cluster and "
+                                      "kept for the next start), so that the first batch after a deploy or a "
+                                      "restart runs at the server's steady pace. Writes nothing else: no ledger, "
+                                      "staging or sink row.")
+    warm.add_argument("--records", type=int, default=300_000, metavar="N", help="per round (default: 300000)")
+    warm.add_argument("--rounds", type=int, default=3, metavar="R", help="default: 3")
 
 
 def _json(command: argparse.ArgumentParser) -> None:

@@ -151,6 +151,19 @@ def db_psql(command: str | None = None, file: str | None = None) -> tuple[list[s
     return connection.psql_command(config.load(), command, file)
 
 
+def warm_up(records: int, rounds: int, log: Log = print) -> list[Any]:
+    """Warm the Spark Connect server the settings name (EOSBATCH_SPARK_REMOTE) as `stack up` warms its own:
+    `rounds` runs of a batch's read, parse and encoding paths over `records` records of the topic
+    `eosbatch-engine-warm-up` on the settings' Kafka (created and filled when it holds fewer). Nothing else is
+    written. For a server of your own, after each start (eosbatch.engine.warm_up)."""
+    from eosbatch.engine import warm_up as engine_warm_up
+
+    for option, value in (("--records", records), ("--rounds", rounds)):
+        if value < 1:
+            raise ConfigError(option, f"must be at least 1, got {value}")
+    return engine_warm_up.warm(config.load(), records, rounds, log=log)
+
+
 def topic_create(name: str, partitions: int = 1, replication_factor: int | None = None) -> topics.CreatedTopic:
     """Create a topic on the broker the settings name (EOSBATCH_KAFKA_BOOTSTRAP), with `replication_factor`
     replicas (None: the broker's default); the same topic existing is fine, one with other partitions an error

@@ -4,6 +4,8 @@ parse and staging paths over a topic of its own on the real server, and writes n
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -47,6 +49,21 @@ def test_warm_up_reads_parses_and_encodes_the_records_of_its_ranges_and_writes_n
     assert [r.records for r in rounds] == [expected, expected]  # the malformed ones stopped at the parse
     assert len(lines) == 2 and "warm-up round 2 of 2" in lines[1]
     assert _database(settings) == before
+
+
+def test_the_warm_up_command_warms_the_server_the_settings_name_and_writes_nothing(settings):
+    """`eosbatch warm-up`, for a Connect server of the user's own (the suite's stack stands in for it): the
+    same rounds as `stack up --warm-up`, on the server and Kafka of the environment's settings."""
+    warm_up.ensure_input(settings, 4000)  # filled by the test above, or here: the database check below is the point
+    before = _database(settings)
+    done = subprocess.run([sys.executable, "-m", "eosbatch.cli", "warm-up", "--records", "4000", "--rounds", "2"],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "warm-up round 2 of 2" in done.stdout and "warmed up: 2 round(s)" in done.stdout, done.stdout
+    assert _database(settings) == before
+    refused = subprocess.run([sys.executable, "-m", "eosbatch.cli", "warm-up", "--records", "0"],
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--records" in refused.stderr, refused.stderr
 
 
 def test_records_are_order_like_json_with_one_malformed_in_a_thousand():
