@@ -8,7 +8,8 @@ import statistics
 from typing import Any, NamedTuple
 
 from bench import plots
-from bench.run import Run, _table, run_peer
+from bench.harness import Run
+from bench.run import _table, run_peer
 from eosbatch import stack
 from eosbatch.config import Settings
 from examples.orders.generate import ensure_topics
