@@ -23,7 +23,8 @@ import time
 
 from bench import PIPELINES_ENV
 from bench.harness import TRANSACTION_SIZE, Run, _define, _padding, _settings, _timed
-from bench.run import _eosbatch_round, _table, run_peer
+from bench.report import _table
+from bench.run import _eosbatch_round, run_peer
 from eosbatch import config, stack
 from eosbatch.config import Settings
 from eosbatch.engine import connect, warm_up

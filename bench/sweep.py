@@ -21,7 +21,9 @@ from typing import NamedTuple
 
 from bench import PIPELINES_ENV, plots
 from bench.harness import TRANSACTION_SIZE, Run, _cleanup, _define, _padding
-from bench.run import _eosbatch_round, _table, run_peer, warm_up
+from bench.one_batch import warm_up
+from bench.report import _table
+from bench.run import _eosbatch_round, run_peer
 from eosbatch import engine, stack
 from eosbatch.config import Settings
 from examples.orders.generate import ensure_topics, generate
