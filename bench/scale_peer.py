@@ -9,8 +9,8 @@ from typing import Any, NamedTuple
 
 from bench import plots
 from bench.harness import Run
+from bench.peer_submit import run_peer
 from bench.report import _table
-from bench.run import run_peer
 from eosbatch import stack
 from eosbatch.config import Settings
 from examples.orders.generate import ensure_topics
