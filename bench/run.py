@@ -26,9 +26,8 @@ import json
 import math
 import os
 import time
-from typing import Any, NamedTuple
 
-from bench import PIPELINES_ENV, cpu, plots
+from bench import PIPELINES_ENV, plots
 from bench.ceilings import copy_ceilings, produce_ceiling
 from bench.harness import (
     RECORD_BYTES,
@@ -38,178 +37,13 @@ from bench.harness import (
     Run,
     _cleanup,
     _define,
-    _measured,
     _padding,
     _settings,
-    _timed,
 )
 from bench.one_batch import footprint, run_pipeline, warm_up
-from bench.peer_submit import produce_orders, run_peer
-from bench.report import _cpu_row, _table, report
-from eosbatch import config, engine, running, stack
-from eosbatch.commands import context
-from eosbatch.config import Settings
-from eosbatch.context import quiet
-from examples.orders.generate import ensure_topics, generate
-
-# ---------------------------------------------------------------- the Structured Streaming peer, side by side
-
-class Variant(NamedTuple):
-    """Another way to run eosbatch in each peer round, a run per round."""
-    label: str      # what the table says it is
-    short: str      # its rows in the CPU table
-    runs: list[Run]
-    overlap: bool   # EOSBATCH_OVERLAP: the run's batches' steps side by side
-    early: bool     # EOSBATCH_EARLY_PUBLISH: the batch produced while it commits
-
-
-def _eosbatch_round(settings: Settings, run: Run, partitions: int, overlap: bool, early: bool = True
-                    ) -> tuple[float, cpu.Usage]:
-    ensure_topics(settings, {run.output: partitions})
-    os.environ[config.EARLY_PUBLISH] = "1" if early else "0"  # read by the run's config.load()
-    logged: list[str] = []
-    try:
-        summary, seconds, used = _measured(running.run, context(run.name, logged.append), overlap=overlap)
-    finally:
-        os.environ.pop(config.EARLY_PUBLISH)
-    if summary.records_read != run.records:
-        raise RuntimeError(f"{run.name}: read {summary.records_read} of {run.records}")
-    if early and not overlap and not any("produced while it committed" in line for line in logged):  # a fallback
-        raise RuntimeError(f"{run.name}: the early publish was not kept: {logged[-3:]}")
-    return seconds, used
-
-
-def compare_with_peer(settings: Settings, runs: list[Run], partitions: int, padding: int,
-                      variants: list[Variant] | None = None) -> str:
-    """eosbatch (one `running.run`, plan..publish, exactly-once) and the Structured Streaming peer (one
-    availableNow trigger, at-least-once) over the SAME input topic, alternating, a round per run. Each round
-    also runs each of `variants` (K batches with overlapped steps; one batch published while it commits)."""
-    topic, records = runs[0].topic, runs[0].records
-    generate(settings, topic=topic, records=records, partitions=partitions, transaction_size=TRANSACTION_SIZE,
-             abort_every=0, malformed_every=0, value_padding=padding)
-    variants = variants or []
-    rows: list[list[str]] = []
-    ratios: list[float] = []
-    usages: list[tuple[float, cpu.Usage, float, cpu.Usage]] = []
-    lapped: list[list[tuple[float, cpu.Usage]]] = [[] for _ in variants]
-    for i, run in enumerate(runs):
-        ours, our_cpu = _eosbatch_round(settings, run, partitions, overlap=False)
-        for variant, timed in zip(variants, lapped, strict=True):
-            timed.append(_eosbatch_round(settings, variant.runs[i], partitions, variant.overlap, variant.early))
-        peer_out = f"{run.name}_peer_out"
-        ensure_topics(settings, {peer_out: partitions})
-        (result, wall), _, peer_cpu = _measured(run_peer, settings, [
-            "once", topic, peer_out, f"{run.name}_peer", str(stack.home() / "bench-checkpoints" / run.name)])
-        trigger = result["triggers_s"][0]
-        ratios.append((records / ours) / (records / wall))
-        usages.append((ours, our_cpu, wall, peer_cpu))
-        rows.append([f"round {i + 1}", f"{ours:.1f}", f"{records / ours:,.0f}", f"{wall:.1f}", f"{trigger:.1f}",
-                     f"{records / wall:,.0f}", f"{ratios[-1]:.2f}", f"{wall and (trigger / ours):.2f}",
-                     f"{our_cpu.machine:.1f}", f"{peer_cpu.machine:.1f}"])
-    import statistics
-
-    median = statistics.median(ratios)
-    cpu_rows = [row for i, (ours, our_cpu, wall, peer_cpu) in enumerate(usages)
-                for row in (_cpu_row(f"round {i + 1} eosbatch", ours, our_cpu),
-                            _cpu_row(f"round {i + 1} peer", wall, peer_cpu))]
-    cores = cpu.cores()
-    floor = statistics.median(u[1].machine for u in usages) / cores
-    needed = statistics.median(u[2] for u in usages) / 2
-    text = [
-        f"eosbatch ({engine.kind(settings)}, exactly-once) vs Structured Streaming peer (at-least-once), "
-        f"{records:,} records, same topic, alternating:",
-        _table(["", "eosbatch s", "eosbatch rec/s", "peer s (spark-submit)", "peer trigger s", "peer rec/s",
-                "ratio (rec/s)", "ratio vs trigger", "eosbatch CPU-s", "peer CPU-s"], rows),
-        f"median ratio eosbatch/peer records/s: {median:.2f} (peer s includes its JVM and session start, as "
-        "a scheduled spark-submit pays it; 'ratio vs trigger' holds eosbatch against the trigger alone)"]
-    for variant, timed in zip(variants, lapped, strict=True):
-        over = [[f"round {i + 1}", f"{s:.1f}", f"{records / s:,.0f}", f"{u[0] / s:.2f}", f"{u[2] / s:.2f}",
-                 f"{used.machine:.1f}", f"{used.machine / s:.2f}"]
-                for i, ((s, used), u) in enumerate(zip(timed, usages, strict=True))]
-        cpu_rows += [_cpu_row(f"round {i + 1} {variant.short}", s, used) for i, (s, used) in enumerate(timed)]
-        text += ["", f"the same rounds, eosbatch as {variant.label} (run between the one-batch run and the peer):",
-                 _table(["", "eosbatch s", "rec/s", "vs one batch", "ratio vs peer (rec/s)", "CPU-s",
-                         "cores busy"], over),
-                 f"median ratio of {variant.label} vs the peer, records/s: "
-                 f"{statistics.median(u[2] / s for (s, _), u in zip(timed, usages, strict=True)):.2f}"]
-    return "\n".join([
-        *text, "",
-        _table(["CPU seconds", "wall s", "machine", "cores busy", *usages[0][1].parts, "other"], cpu_rows),
-        f"2x the peer needs eosbatch within {needed:.1f} s (median); its median CPU work on {cores} cores takes "
-        f"at least {floor:.1f} s however it is overlapped"])
-
-
-def through_airflow(settings: Settings, name: str, batches: int, records: int) -> list[dict[str, Any]]:
-    """`batches` runs of the pipeline's micro-batch DAG by `dag.test()` (bench/airflow_tiny.py) in a child
-    with the local Airflow's environment; each run's wall time and task durations."""
-    import subprocess
-    import sys
-
-    from eosbatch.orchestration import local
-
-    local.write_config()
-    local.ensure_database()
-    env = local.environment(os.environ)
-    local.migrate_and_connect(env, settings, log=lambda _: None)
-    done = subprocess.run([sys.executable, "-m", "bench.airflow_tiny", name, str(batches), str(records)], env=env,
-                          cwd=local.REPO, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"bench.airflow_tiny {name}: exit {done.returncode}: {done.stderr[-3000:]}")
-    runs: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])["runs"]
-    return runs
-
-
-def tiny_batches(settings: Settings, name: str, peer_name: str, airflow_name: str, batches: int, records: int
-                 ) -> str:
-    """The fixed cost of a micro-batch: `batches` batches of `records` records each, for eosbatch through the
-    CLI from a fresh process (one batch per run), eosbatch within one run (the further batches), eosbatch
-    through Airflow (a `dag.test()` run per batch), and the peer's warm triggers (one application, a
-    trigger per batch)."""
-    import statistics
-    import subprocess
-    import sys
-
-    topic = f"{name}_in"
-    ensure_topics(settings, {topic: 1, f"{name}_out": 1})
-    fresh = []
-    for _ in range(batches):
-        produce_orders(settings.kafka_bootstrap, topic, records)
-        done, seconds = _timed(subprocess.run, [sys.executable, "-m", "eosbatch.cli", "run", name],
-                               capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"eosbatch run {name}: {done.stderr[-2000:]}")
-        fresh.append(seconds)
-    for _ in range(batches):
-        produce_orders(settings.kafka_bootstrap, topic, records)
-    summary, within = _timed(running.run, context(name, quiet))  # this process's session is warm after the first batch
-    if summary.batches < batches:
-        raise RuntimeError(f"{name}: expected {batches} batches in one run, got {summary.batches}")
-    peer_topic = f"{peer_name}_in"
-    ensure_topics(settings, {peer_topic: 1, f"{peer_name}_out": 1})
-    result, wall = run_peer(settings, ["tiny", peer_topic, f"{peer_name}_out", peer_name,
-                                       str(stack.home() / "bench-checkpoints" / peer_name), str(batches),
-                                       str(records)])
-    warm = result["triggers_s"][1:] or result["triggers_s"]
-    ensure_topics(settings, {f"{airflow_name}_in": 1, f"{airflow_name}_out": 1})
-    airflow = through_airflow(settings, airflow_name, batches, records)
-    per_airflow = statistics.median(r["wall_s"] for r in airflow)
-    task_names = ["plan", "process", "commit", "publish", "finalize"]
-    task_medians = {t: statistics.median(r["tasks_s"].get(t, 0.0) for r in airflow) for t in task_names}
-    per_fresh, per_within, per_peer = statistics.median(fresh), within / summary.batches, statistics.median(warm)
-    rows = [["eosbatch run, fresh process, 1 batch", f"{per_fresh:.2f}", f"{min(fresh):.2f}",
-             f"{per_fresh / per_peer:.1f}"],
-            [f"eosbatch, one run of {summary.batches} batches (per batch)", f"{per_within:.2f}", "",
-             f"{per_within / per_peer:.1f}"],
-            ["eosbatch through Airflow, dag.test() per batch", f"{per_airflow:.2f}",
-             f"{min(r['wall_s'] for r in airflow):.2f}", f"{per_airflow / per_peer:.1f}"],
-            ["peer, warm trigger (per batch)", f"{per_peer:.2f}", f"{min(warm):.2f}", "1.0"],
-            ["peer, spark-submit start + session", f"{result['session_s']:.2f}", "", ""]]
-    first_airflow = airflow[0]["wall_s"]
-    return "\n".join([f"fixed cost per micro-batch of {records} records ({engine.kind(settings)} engine):",
-                      _table(["", "median s", "min s", "vs peer trigger"], rows),
-                      "through Airflow, median task durations (s): "
-                      + ", ".join(f"{t} {task_medians[t]:.2f}" for t in task_names)
-                      + f"; the first dag.test() run (DAG import, session open): {first_airflow:.2f} s"])
+from bench.report import report
+from bench.rounds import Variant, compare_with_peer
+from bench.tiny import tiny_batches
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -24,7 +24,7 @@ from bench.harness import TRANSACTION_SIZE, Run, _cleanup, _define, _padding
 from bench.one_batch import warm_up
 from bench.peer_submit import run_peer
 from bench.report import _table
-from bench.run import _eosbatch_round
+from bench.rounds import _eosbatch_round
 from eosbatch import engine, stack
 from eosbatch.config import Settings
 from examples.orders.generate import ensure_topics, generate
