@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-restart", action="store_true", help="keep a running Airflow (no first-run figure)")
     parser.add_argument("--json", action="store_true", help="also print every run's task records as JSON")
     args = parser.parse_args(argv)
-    from bench.run import produce_orders
+    from bench.peer_submit import produce_orders
     from eosbatch import registry
 
     info = stack.up(log=lambda line: print(line, file=sys.stderr))

@@ -15,7 +15,7 @@ import json
 import sys
 import time
 
-from bench.run import produce_orders
+from bench.peer_submit import produce_orders
 from eosbatch import config, registry
 
 

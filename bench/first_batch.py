@@ -22,17 +22,10 @@ import statistics
 import time
 
 from bench import PIPELINES_ENV
-from bench.run import (
-    TRANSACTION_SIZE,
-    Run,
-    _define,
-    _eosbatch_round,
-    _padding,
-    _settings,
-    _table,
-    _timed,
-    run_peer,
-)
+from bench.harness import TRANSACTION_SIZE, Run, _define, _padding, _settings, _timed
+from bench.peer_submit import run_peer
+from bench.report import _table
+from bench.rounds import _eosbatch_round
 from eosbatch import config, stack
 from eosbatch.config import Settings
 from eosbatch.engine import connect, warm_up

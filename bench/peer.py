@@ -95,7 +95,7 @@ def main(argv: list[str]) -> None:
     rounds = int(argv[6]) if mode == "tiny" else 1
     for _ in range(rounds):
         if mode == "tiny":
-            from bench.run import produce_orders
+            from bench.peer_submit import produce_orders
             produce_orders(bootstrap, topic, int(argv[7]))
         began = time.perf_counter()
         build(spark, bootstrap, dsn, jdbc_url, topic, output, sink, checkpoint).start().awaitTermination()

@@ -43,8 +43,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from bench import PIPELINES_ENV, memory, plots, scale_peer
+from bench.harness import MODULE, TRANSACTION_SIZE, Run, _cleanup, _padding, _settings, _timed
 from bench.memory import Footprint
-from bench.run import MODULE, TRANSACTION_SIZE, Run, _cleanup, _padding, _settings, _table, _timed
+from bench.report import _table
 from eosbatch import commands, config, registry, running, steps
 from eosbatch.config import Settings
 from eosbatch.context import quiet

@@ -8,7 +8,9 @@ import statistics
 from typing import Any, NamedTuple
 
 from bench import plots
-from bench.run import Run, _table, run_peer
+from bench.harness import Run
+from bench.peer_submit import run_peer
+from bench.report import _table
 from eosbatch import stack
 from eosbatch.config import Settings
 from examples.orders.generate import ensure_topics

@@ -20,17 +20,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 from bench import PIPELINES_ENV, plots
-from bench.run import (
-    TRANSACTION_SIZE,
-    Run,
-    _cleanup,
-    _define,
-    _eosbatch_round,
-    _padding,
-    _table,
-    run_peer,
-    warm_up,
-)
+from bench.harness import TRANSACTION_SIZE, Run, _cleanup, _define, _padding
+from bench.one_batch import warm_up
+from bench.peer_submit import run_peer
+from bench.report import _table
+from bench.rounds import _eosbatch_round
 from eosbatch import engine, stack
 from eosbatch.config import Settings
 from examples.orders.generate import ensure_topics, generate

@@ -1,5 +1,5 @@
 """The commit's sink statements tried on a staged batch and rolled back: what they cost, nothing changed
-(the benchmark's durability cost, bench/run.py)."""
+(the benchmark's durability cost, bench/one_batch.py)."""
 
 from __future__ import annotations
 
