@@ -103,7 +103,8 @@ class Settings(NamedTuple):
     # "otlp": eosbatch's own, exporting by OTLP as the OTEL_EXPORTER_OTLP_* variables say; "file:PATH": JSON lines.
     metrics: str = "global"
     # A transactional call's wait for the broker (EOSBATCH_TRANSACTION_CALL_TIMEOUT_S): past it, the outcome is
-    # unknown (eosbatch.kafka.publisher's AMBIGUOUS state).
+    # unknown (eosbatch.kafka.publisher's AMBIGUOUS state); a call still blocked at twice it and 30 s more ends
+    # the process, exit 3 (eosbatch.kafka.watchdog).
     transaction_call_timeout_s: float = DEFAULT_TRANSACTION_CALL_TIMEOUT_S
     # The process step's Kafka reader: "spark" (Spark's Kafka source: a task and a Java consumer per partition),
     # "python" (eosbatch.spark.kafka_datasource: one librdkafka consumer per task, over many partitions) or "auto"

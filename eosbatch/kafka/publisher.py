@@ -20,7 +20,7 @@ from confluent_kafka.admin import ConfigResource, ResourceType
 from eosbatch import faults
 from eosbatch.config import Settings
 from eosbatch.exceptions import EosbatchError
-from eosbatch.kafka import clients, marker
+from eosbatch.kafka import clients, marker, watchdog
 from eosbatch.kafka.errors import DENIED, describe, error_of, is_ambiguous, is_fenced, to_eosbatch
 from eosbatch.kafka.exceptions import KafkaUnavailable, PublishFailed, TransactionOutcomeUnknown
 from eosbatch.kafka.record import Headers
@@ -158,7 +158,8 @@ class TransactionalPublisher:
         self._require(TxnState.NEW)
         self._producer = clients.producer(self._settings, **self.producer_overrides())
         try:
-            self._producer.init_transactions(self._call_timeout)
+            with watchdog.bounded("init_transactions", self._call_timeout, self.owner):
+                self._producer.init_transactions(self._call_timeout)
         except KafkaException as exc:
             raise self._fail(exc, "init_transactions") from exc
         self.state = TxnState.READY
@@ -220,8 +221,13 @@ class TransactionalPublisher:
         producer = self._producer
         assert producer is not None
         group_metadata = marker.consumer(settings, group).consumer_group_metadata()
-        self._commit(lambda: producer.send_offsets_to_transaction(marker.offsets_for(ranges, metadata),
-                                                                  group_metadata, self._call_timeout), group)
+        offsets = marker.offsets_for(ranges, metadata)
+
+        def send_marker() -> None:
+            with watchdog.bounded("send_offsets_to_transaction", self._call_timeout, self.owner):
+                producer.send_offsets_to_transaction(offsets, group_metadata, self._call_timeout)
+
+        self._commit(send_marker, group)
 
     def commit_records(self) -> None:
         """Commit the records produced in this transaction, with no marker (`eosbatch produce`)."""
@@ -239,7 +245,8 @@ class TransactionalPublisher:
                 send_marker()
                 doing = "commit_transaction"
             faults.point("publish.before_end_txn")
-            producer.commit_transaction(self._call_timeout)
+            with watchdog.bounded("commit_transaction", self._call_timeout, self.owner):
+                producer.commit_transaction(self._call_timeout)
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             if error.txn_requires_abort():
@@ -262,7 +269,8 @@ class TransactionalPublisher:
         self._require(TxnState.IN_TXN)
         assert self._producer is not None
         try:
-            self._producer.abort_transaction(self._call_timeout)
+            with watchdog.bounded("abort_transaction", self._call_timeout, self.owner):
+                self._producer.abort_transaction(self._call_timeout)
         except KafkaException as exc:
             raise self._fail(exc, "abort_transaction") from exc
         self.state = TxnState.READY
