@@ -14,7 +14,7 @@ import yaml
 pytestmark = pytest.mark.unit
 
 COMPOSE = Path(__file__).resolve().parent.parent / "docker-compose.yml"
-AIRFLOW = ["airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor"]
+AIRFLOW = ["airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"]
 SERVICES = ["kafka", "postgres", "spark-master", "spark-worker", *AIRFLOW]
 
 
@@ -260,6 +260,7 @@ def test_airflow_commands(services: dict[str, Any]) -> None:
     assert command(services["airflow-apiserver"])[:2] == ["airflow", "api-server"]
     assert command(services["airflow-scheduler"])[:2] == ["airflow", "scheduler"]
     assert command(services["airflow-dag-processor"])[:2] == ["airflow", "dag-processor"]
+    assert command(services["airflow-triggerer"])[:2] == ["airflow", "triggerer"]  # event-driven runs' triggers
     assert str(services["airflow-init"].get("restart", "no")) == "no", "the one-shot init must not restart"
 
 
