@@ -3,9 +3,10 @@
 - `eosbatch__<pipeline>`: up to `batches_per_run` micro-batches per run (AirflowOptions, default 4), one after
   another, each a TaskGroup `batch_1` .. `batch_N`: plan -> process -> commit -> publish -> finalize, and
   `abort` (trigger rule one_failed) after process/commit. Each group's plan runs only once the previous batch is
-  finalized (a lane allows one unfinished batch), and only when the gate after it, `batch_K_failed` (a task of
-  batch K failed), was skipped: a failed batch skips the rest of the run in the scheduler, without running a
-  task. A plan that finds nothing new skips everything after it at once, later groups included. The pipeline's
+  finalized (a lane allows one unfinished batch), and only when neither gate after it succeeded:
+  `batch_K_failed` (a task of batch K failed) and `batch_K_skipped` (batch K did not run: a batch before it
+  failed), so a failed batch skips the rest of the run in the scheduler, without running a task. A plan that
+  finds nothing new skips everything after it at once, later groups and their gates included. The pipeline's
   `schedule` is the DAG's (with AirflowOptions(trigger="data"), a watched Asset: a run when data arrives,
   eosbatch/orchestration/triggers.py); one run at a time.
 - `eosbatch__<pipeline>__backfill`: params `ranges` or `from`/`to`, `mode`, `publish`; `plan` (a dry run:
@@ -202,9 +203,9 @@ def schedule(pipeline: Pipeline) -> Any:
 
 def microbatch_dag(pipeline: Pipeline) -> DAG:
     """Up to `batches_per_run` micro-batches, one TaskGroup each (`batch_1` ..), one after another: each
-    group's plan runs once the batch before it is finalized and did not fail; a plan that finds nothing new
-    skips the rest of the run. With
-    AirflowOptions(shape="compact"), a group is plan -> process -> commit_and_publish (and `abort`)."""
+    group's plan runs once the batch before it is finalized (neither failed nor skipped after a failure); a plan
+    that finds nothing new skips the rest of the run. With AirflowOptions(shape="compact"), a group is
+    plan -> process -> commit_and_publish (and `abort`)."""
     name, most = pipeline.name, pipeline.airflow.batches_per_run
     shown = " -> ".join(["plan", *(step.name for step in steps_after_plan(pipeline))])
     with DAG(dag_id=dag_id(name), schedule=schedule(pipeline), start_date=START, catchup=False,
@@ -220,7 +221,12 @@ def microbatch_dag(pipeline: Pipeline) -> DAG:
             gates >> plan
             if number < most:
                 gates = [Gate(task_id=f"batch_{number}_failed", trigger_rule=TriggerRule.ALL_FAILED,
-                              doc_md=f"Success: a task of batch {number} failed, so the run stops here.")]
+                              doc_md=f"Success: a task of batch {number} failed, so the run stops here."),
+                         # A failed batch's later groups are skipped, one after the other, through this gate:
+                         # without it, the group after a skipped one would see only skipped gates and run.
+                         Gate(task_id=f"batch_{number}_skipped", trigger_rule=TriggerRule.ALL_SKIPPED,
+                              doc_md=f"Success: batch {number} did not run (a batch before it failed), so the "
+                                     "run stops here.")]
                 finalize >> gates
     return dag
 

@@ -21,7 +21,7 @@ from eosbatch.stack import processes
 FINAL = {"success", "failed"}
 # The micro-batch DAG's gates between batches (eosbatch.orchestration.dags): the scheduler sets their state
 # without running them, so they have no log and no OpenLineage events.
-GATE = re.compile(r"^batch_\d+_failed$")
+GATE = re.compile(r"^batch_\d+_(failed|skipped)$")
 
 
 def run_states(published: int, cap: int, failed: str | None = None) -> dict[str, str]:
@@ -40,7 +40,7 @@ def run_states(published: int, cap: int, failed: str | None = None) -> dict[str,
             if number == published + 1:
                 states[f"{group}.plan"] = "success"
         if number < cap:
-            states[f"{group}_failed"] = "skipped"
+            states[f"{group}_failed"] = states[f"{group}_skipped"] = "skipped"
     return states
 
 

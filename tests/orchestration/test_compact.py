@@ -21,7 +21,7 @@ def compact_states(cap: int) -> dict[str, str]:
         for step in ("plan", "process", "commit_and_publish", "abort", "done"):
             states.setdefault(f"batch_{number}.{step}", "skipped")
     for number in range(1, cap):
-        states[f"batch_{number}_failed"] = "skipped"
+        states[f"batch_{number}_failed"] = states[f"batch_{number}_skipped"] = "skipped"
     return states
 
 

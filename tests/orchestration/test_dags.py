@@ -55,14 +55,15 @@ def test_dag_file_imports_without_errors_into_three_dags_per_pipeline(dagbag) ->
 @pytest.mark.parametrize("pipeline", PIPELINES)
 def test_micro_batch_dag(dagbag, pipeline) -> None:
     """`batches_per_run` TaskGroups, one per batch, each planned only after the previous one finalized, and
-    never after one failed (the gate between them); a plan that finds nothing new skips the rest of the run."""
+    never after one failed or was skipped after a failure (the two gates between them); a plan that finds
+    nothing new skips the rest of the run."""
     from eosbatch.pipeline import BATCHES_PER_RUN
 
     dag = dagbag.get_dag(f"eosbatch__{pipeline}")
     assert dag.max_active_runs == 1 and dag.catchup is False
     steps = ["plan", "process", "commit", "publish", "finalize", "abort", "done"]
     groups = [f"batch_{n}" for n in range(1, BATCHES_PER_RUN + 1)]
-    gates = [f"{g}_failed" for g in groups[:-1]]
+    gates = [f"{g}_{why}" for g in groups[:-1] for why in ("failed", "skipped")]
     assert set(dag.task_ids) == {f"{g}.{step}" for g in groups for step in steps} | set(gates)
     for number, group in enumerate(groups, 1):
         task = {step: dag.get_task(f"{group}.{step}") for step in steps}
@@ -79,12 +80,14 @@ def test_micro_batch_dag(dagbag, pipeline) -> None:
         assert task["done"].upstream_task_ids == {f"{group}.finalize", f"{group}.abort"}
         if number == 1:
             assert task["plan"].upstream_task_ids == set() and task["plan"].trigger_rule == "all_success"
-        else:  # the next batch is planned only when the previous one did not fail
+        else:  # the next batch is planned only when the previous one neither failed nor was skipped
             before = groups[number - 2]
             assert task["plan"].trigger_rule == "all_skipped"
-            assert task["plan"].upstream_task_ids == {f"{before}_failed"}
+            assert task["plan"].upstream_task_ids == {f"{before}_failed", f"{before}_skipped"}
             assert dag.get_task(f"{before}_failed").trigger_rule == "all_failed"
-            assert dag.get_task(f"{before}_failed").upstream_task_ids == {f"{before}.finalize"}
+            assert dag.get_task(f"{before}_skipped").trigger_rule == "all_skipped"
+            for gate in ("failed", "skipped"):
+                assert dag.get_task(f"{before}_{gate}").upstream_task_ids == {f"{before}.finalize"}
     for task in dag.tasks:
         assert task.retries >= 1 or task.task_id in gates, task.task_id
     # asset events only through aliases: a task adds them for the batches it really committed or published
@@ -116,7 +119,7 @@ def test_a_pipelines_airflow_options_are_its_dags_settings() -> None:
     micro = built["eosbatch__options_probe"]
     assert micro.max_active_runs == 1 and micro.tags == {"eosbatch", "options_probe", "orders"}
     assert built["eosbatch__options_probe__backfill"].tags == {"eosbatch", "options_probe", "backfill", "orders"}
-    gates = {"batch_1_failed"}
+    gates = {"batch_1_failed", "batch_1_skipped"}
     assert {t.task_id.split(".")[0] for t in micro.tasks} == {"batch_1", "batch_2", *gates}
     for dag in built.values():
         assert dag.default_args["owner"] == "data-team"
@@ -144,9 +147,9 @@ def test_compact_shape_is_plan_process_commit_and_publish_and_an_empty_done() ->
     assert down == {
         "batch_1.plan": ["batch_1.commit_and_publish", "batch_1.process"],
         "batch_1.process": ["batch_1.abort", "batch_1.commit_and_publish"],
-        "batch_1.commit_and_publish": ["batch_1.abort", "batch_1.done", "batch_1_failed"],
+        "batch_1.commit_and_publish": ["batch_1.abort", "batch_1.done", "batch_1_failed", "batch_1_skipped"],
         "batch_1.abort": ["batch_1.done"], "batch_1.done": [],
-        "batch_1_failed": ["batch_2.plan"],
+        "batch_1_failed": ["batch_2.plan"], "batch_1_skipped": ["batch_2.plan"],
         "batch_2.plan": ["batch_2.commit_and_publish", "batch_2.process"],
         "batch_2.process": ["batch_2.abort", "batch_2.commit_and_publish"],
         "batch_2.commit_and_publish": ["batch_2.abort", "batch_2.done"], "batch_2.abort": ["batch_2.done"],
