@@ -33,7 +33,8 @@ EARLY_PUBLISH = "EOSBATCH_EARLY_PUBLISH"  # a batch's Kafka transaction is fille
 METRICS = "EOSBATCH_METRICS"  # where the OpenTelemetry metrics go: global, otlp, file:PATH or none (docs/monitoring.md)
 METRICS_TARGETS = ("global", "otlp", "none")
 # How the process step reads Kafka: spark (Spark's Kafka source), python (one librdkafka consumer per Spark task,
-# over many partitions), or auto (python for a batch of more than 4 partitions per engine core; docs/engine.md).
+# over many partitions), or auto (python for a batch of 64 ranges or more whose tasks would each read several;
+# docs/engine.md).
 KAFKA_READER = "EOSBATCH_KAFKA_READER"
 KAFKA_READERS = ("spark", "python", "auto")
 DEFAULT_COMPACT_EVERY = 1000

@@ -10,6 +10,7 @@ from typing import Any
 from eosbatch.ledger.sinks import Column
 from eosbatch.pipeline import Pipeline
 from eosbatch.spark import reader, shaping
+from eosbatch.spark.kafka_columns import KAFKA_COLUMNS
 
 # PySpark logs an analysis error with its whole plan and the server's stack trace before raising it; the check
 # reports the error itself, on one line.
@@ -21,7 +22,7 @@ def output_columns_on(spark: Any, pipeline: Pipeline) -> list[Column]:
     reader.parse, the malformed records' error column dropped, the transform, the sink's shaping)."""
     for name in _QUERY_CONTEXT_LOGGERS:
         logging.getLogger(name).setLevel(logging.CRITICAL)
-    empty = spark.createDataFrame([], reader.struct(reader.KAFKA_COLUMNS))
+    empty = spark.createDataFrame([], reader.struct(KAFKA_COLUMNS))
     parsed = reader.parse(empty, pipeline.source)
     good = parsed.where(parsed[reader.ERROR_COLUMN].isNull()).drop(*reader.INTERNAL_COLUMNS)
     return shaping.transformed(pipeline, good, []).columns  # no ranges: nothing is read

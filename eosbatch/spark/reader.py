@@ -13,7 +13,6 @@ from eosbatch.formats import Decoding, Role, json_format, wire
 from eosbatch.formats.base import ERROR_COLUMN
 from eosbatch.pipeline import KafkaSource
 from eosbatch.protocol.ranges import OffsetRange
-from eosbatch.spark.kafka_columns import KAFKA_COLUMNS
 from eosbatch.spark_kafka_options import reader_options
 
 if TYPE_CHECKING:
@@ -77,7 +76,6 @@ def read_ranges(spark: SparkSession, settings: Settings, ranges: list[OffsetRang
             .load())
 
 
-KAFKA_COLUMNS = KAFKA_COLUMNS  # re-exported: where the steps always found it
 _RECORD = ("topic", "partition", "offset", "timestamp", "timestampType")
 # Where each role's format puts its temporary parse (the value's name is the one JSON always had).
 _TEMPORARY: dict[Role, str] = {"value": "_eosbatch_parsed", "key": "_eosbatch_key_parsed"}

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from eosbatch.config import Settings
 from eosbatch.ledger import redrive, store
 from eosbatch.spark import reader
+from eosbatch.spark.kafka_columns import KAFKA_COLUMNS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -55,14 +56,14 @@ def fetch(dsn: str, batch_id: int, parts: int) -> Callable[[Iterator[pa.RecordBa
 
 
 def read_input(spark: SparkSession, settings: Settings, batch_id: int) -> DataFrame:
-    """The redrive batch's records, with the reader's columns (reader.KAFKA_COLUMNS) in its order."""
+    """The redrive batch's records, with the reader's columns (kafka_columns.KAFKA_COLUMNS) in its order."""
     from pyspark.sql import functions as F
 
     with store.transaction(settings) as cur:
         parts = slices(redrive.input_size(cur, batch_id))
     stored = ", ".join(f"`{name}` {ddl}" for name, ddl in _spark_types().items())
     records = spark.range(parts, numPartitions=parts).mapInArrow(fetch(settings.psycopg_dsn, batch_id, parts), stored)
-    wanted = reader.struct(reader.KAFKA_COLUMNS)
+    wanted = reader.struct(KAFKA_COLUMNS)
     return records.select(*[F.col(f.name) if f.name in _ARROW_TYPES else F.lit(None).cast(f.dataType).alias(f.name)
                             for f in wanted.fields])
 

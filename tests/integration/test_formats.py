@@ -155,12 +155,13 @@ def test_each_format_parses_its_role_or_names_the_reason(settings) -> None:
     from eosbatch.engine import connect
     from eosbatch.formats import Bytes, Json
     from eosbatch.spark import reader
+    from eosbatch.spark.kafka_columns import KAFKA_COLUMNS
 
     spark = connect.session(settings)
 
     def parsed(source: KafkaSource, pairs: list[tuple[bytes | None, bytes | None]], schemas: Any = None) -> Any:
         rows = [(k, v, "t", 0, i, None, 0, None) for i, (k, v) in enumerate(pairs)]
-        return reader.parse(spark.createDataFrame(rows, reader.struct(reader.KAFKA_COLUMNS)), source, schemas)
+        return reader.parse(spark.createDataFrame(rows, reader.struct(KAFKA_COLUMNS)), source, schemas)
 
     json_key = KafkaSource(["t"], key=Json("id INT NOT NULL, region STRING"), value=String())
     found = parsed(json_key, [(b'{"id": 1, "region": "eu"}', b"hello"), (b'{"region": "eu"}', b"x"), (b"nope", b"x"),
