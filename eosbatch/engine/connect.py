@@ -20,6 +20,7 @@ from typing import Any
 from eosbatch import config, registry
 from eosbatch.engine.errors import map_spark_error
 from eosbatch.engine.exceptions import EngineUnavailable
+from eosbatch.spark import tuning
 from eosbatch.spark_kafka_options import REDACTION_REGEX
 
 _lock = threading.Lock()
@@ -87,6 +88,7 @@ def _open(settings: config.Settings, session_id: str, archive: Path) -> Any:
         spark.client.set_retry_policies([_bounded_retries(settings.connect_timeout_s)])
         # The Kafka reader's JAAS line (a password) is an option: keep it out of plans, whatever the server says.
         spark.conf.set("spark.sql.redaction.options.regex", REDACTION_REGEX)
+        tuning.tune(spark)
         try:
             spark.addArtifacts(str(archive), pyfile=True)
         except Exception as exc:  # noqa: BLE001 - a shared session has this very archive already

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from eosbatch.spark import tuning
+
 T = TypeVar("T")
 
 
@@ -14,6 +16,7 @@ def on_own_session(app_name: str, work: Callable[..., T], *args: Any) -> T:
 
     spark = (SparkSession.builder.appName(app_name).config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    tuning.tune(spark)
     try:
         return work(spark, *args)
     finally:

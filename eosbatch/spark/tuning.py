@@ -1,0 +1,31 @@
+"""Spark settings eosbatch's sessions run with (a Spark Connect session, and the spark-submit engine's own), each
+measured on the bench (bench/RESULTS.md). Only a setting still at Spark's default is changed: a value given on
+the server (or to spark-submit) stays."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ARROW_MAX_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
+# Spark's default byte bound of an Arrow batch to Python (64 MB) makes it measure the batch after every row it
+# adds (ArrowWriter.sizeInBytes walks every vector); at exactly Int.MaxValue it skips the measuring. The rows of
+# a batch stay bounded by spark.sql.execution.arrow.maxRecordsPerBatch (10,000), so only rows over 6.7 KB on
+# average could make a batch bigger than 64 MB. Measured on the process step of 1M 200-byte records: the
+# server's CPU 4.8 -> 4.3 s, the step 3.66 -> 3.37 s (bench/RESULTS.md). A pipeline of larger rows sets the
+# bound on its server; eosbatch leaves a value other than Spark's default alone.
+SPARK_DEFAULTS = {ARROW_MAX_BYTES: ("64m", "67108864b", "67108864")}
+SESSION_CONF = {ARROW_MAX_BYTES: str(2**31 - 1)}
+
+
+def to_change(current: dict[str, str | None]) -> dict[str, str]:
+    """Of SESSION_CONF, what to set given the session's `current` values (None: not set)."""
+    return {key: value for key, value in SESSION_CONF.items()
+            if current.get(key) is None or str(current[key]).lower() in SPARK_DEFAULTS.get(key, ())}
+
+
+def tune(spark: Any) -> dict[str, str]:
+    """Set SESSION_CONF's settings that are at Spark's default on `spark`; what was set."""
+    changes = to_change({key: spark.conf.get(key, None) for key in SESSION_CONF})
+    for key, value in changes.items():
+        spark.conf.set(key, value)
+    return changes
