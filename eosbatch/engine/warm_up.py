@@ -5,8 +5,9 @@ A server just started runs its first batches slowly: its JIT compiles the read, 
 over the first few hundred thousand records (measured in bench/RESULTS.md: the same 1M-record process step took
 16.6, 7.5, 5.7, 5.1 and 4.5 s in five runs in a row). The warm-up runs those very paths, through the reader and
 the parser a batch uses, over a topic of its own: read_committed ranges, JSON parsing with the dead-letter
-check, and the staging tasks' Arrow hand-over and binary-COPY encoding, without the COPY (it writes nothing:
-no ledger row, no staging row, no sink). It leaves the topic behind for the next start.
+check (by pyarrow and by Spark's from_json, in alternate rounds), and the staging tasks' Arrow hand-over and
+binary-COPY encoding, without the COPY (it writes nothing: no ledger row, no staging row, no sink). It leaves
+the topic behind for the next start.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ if TYPE_CHECKING:
 TOPIC = "eosbatch-engine-warm-up"
 PARTITIONS = 4
 SCHEMA = "order_id STRING NOT NULL, customer_id STRING NOT NULL, amount DOUBLE, ts TIMESTAMP"
+# The same records with `ts` as text: a schema that pyarrow parses (eosbatch.formats.json_arrow), in the Python
+# workers of an Arrow UDF, where SCHEMA's timestamp leaves every record to from_json. The rounds alternate,
+# pyarrow's first: a batch meets whichever of the two its schema takes, warm.
+ARROW_SCHEMA = "order_id STRING NOT NULL, customer_id STRING NOT NULL, amount DOUBLE, ts STRING"
 FIELDS = ("order_id", "customer_id", "amount", "ts")
 DEFAULT_RECORDS = 300_000
 DEFAULT_ROUNDS = 3
@@ -108,9 +113,9 @@ def warm(settings: Settings, count: int = DEFAULT_RECORDS, rounds: int = DEFAULT
     from eosbatch.spark import reader
 
     ranges = ensure_input(settings, count)
-    source = KafkaSource(topics=[TOPIC], value_schema=SCHEMA)
+    sources = [KafkaSource(topics=[TOPIC], value_schema=schema) for schema in (ARROW_SCHEMA, SCHEMA)]
 
-    def one_round(spark: Any) -> int:
+    def one_round(spark: Any, source: KafkaSource) -> int:
         parsed = reader.parse(reader.read_ranges(spark, settings, ranges, TOPIC), source)
         good = parsed.where(F.col(reader.ERROR_COLUMN).isNull()).select(*FIELDS, "topic", "partition", "offset")
         return sum(r["rows"] for r in good.mapInArrow(_encode, "rows long").collect())
@@ -118,7 +123,7 @@ def warm(settings: Settings, count: int = DEFAULT_RECORDS, rounds: int = DEFAULT
     done = []
     for n in range(rounds):
         started = time.monotonic()
-        records = connect.run(settings, "engine warm-up", one_round)
+        records = connect.run(settings, "engine warm-up", one_round, sources[n % len(sources)])
         done.append(Round(time.monotonic() - started, records))
         log(f"spark-connect: warm-up round {n + 1} of {rounds}: {records:,} records read, parsed and encoded in "
             f"{done[-1].seconds:.1f}s")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from eosbatch.exceptions import ConfigError
+from eosbatch.formats import json_arrow
 from eosbatch.formats.base import Decoding, Format, Role, clashing_fields, reason
 
 if TYPE_CHECKING:
@@ -61,9 +63,14 @@ class Json(Format):
 
     As a value, its fields become top-level columns (and `value` stays the raw bytes); as a key, `key` becomes a
     struct of them. A record that is not a JSON object, has a field of the wrong type, or lacks a NOT NULL field
-    goes to the dead letters with the reason ("value: missing required field 'id'")."""
+    goes to the dead letters with the reason ("value: missing required field 'id'").
+
+    `arrow`: parse with pyarrow's JSON reader the records where it gives exactly what Spark's from_json gives
+    (eosbatch.formats.json_arrow: fields of STRING, BOOLEAN, INT, BIGINT and DOUBLE only; PySpark 4.1 or later),
+    and the others with from_json, as always; False: from_json for every record."""
 
     schema: str
+    arrow: bool = True
 
     def checked(self, field: str, role: Role) -> Json:
         check_ddl(f"{field}.schema", self.schema, role)
@@ -78,6 +85,9 @@ class Json(Format):
         relaxed = StructType([StructField(f.name, f.dataType, True) for f in declared.fields]
                              + [StructField(_CORRUPT, StringType(), True)])
         parsed = F.from_json(raw.cast("string"), relaxed, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
+        fast = arrow_parser(relaxed) if self.arrow else None
+        if fast is not None:  # from_json runs only for the records pyarrow leaves (a null struct)
+            parsed = F.coalesce(fast(raw), parsed)
         checks = [(F.col(f"{temporary}.{_CORRUPT}").isNotNull(),
                    reason(role, f"not a JSON object matching schema ({self.schema})"))]
         checks += [(F.col(f"{temporary}.`{f.name}`").isNull(), reason(role, f"missing required field {f.name!r}"))
@@ -86,3 +96,26 @@ class Json(Format):
             return Decoding(parsed, raw, checks, tuple(declared.fieldNames()), raw=True)
         fields = F.struct(*[F.col(f"{temporary}.`{f.name}`").alias(f.name) for f in declared.fields])
         return Decoding(parsed, F.when(raw.isNotNull(), fields), checks)
+
+
+def arrow_parser(relaxed: StructType) -> Any:
+    """A scalar Arrow UDF parsing a binary column into `relaxed` (its last field, the corrupt-record column, always
+    null) where pyarrow gives what from_json gives, else null (eosbatch.formats.json_arrow); None when the schema
+    has a type it leaves to from_json, or this PySpark has no Arrow UDFs (before 4.1)."""
+    try:
+        from pyspark.sql.functions import ArrowUDFType, arrow_udf
+    except ImportError:
+        return None
+    *fields, corrupt = [(f.name, f.dataType.simpleString()) for f in relaxed.fields]
+    if not json_arrow.eligible(fields):
+        return None
+    corrupt_name = corrupt[0]
+
+    def eosbatch_json(values: Any) -> Any:
+        from eosbatch.formats import json_arrow
+
+        return json_arrow.parse(values, fields, corrupt_name)
+
+    with warnings.catch_warnings():  # it prefers type hints, which `from __future__ import annotations` makes text
+        warnings.simplefilter("ignore", UserWarning)
+        return arrow_udf(eosbatch_json, relaxed, ArrowUDFType.SCALAR)
