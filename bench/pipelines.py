@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from bench import PIPELINES_ENV
 from eosbatch import KafkaOutput, KafkaSource, Pipeline, PostgresSink
+from eosbatch.formats import Json
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -26,10 +27,11 @@ def latest(orders: DataFrame) -> DataFrame:
     return orders.select("order_id", "customer_id", "amount", "status", "note", "partition", "offset")
 
 
-def define(name: str, topic: str, output: str, max_records: int) -> Pipeline:
+def define(name: str, topic: str, output: str, max_records: int, arrow: bool = True) -> Pipeline:
+    """`arrow`: the value's Json parse by pyarrow where it may (the default); False: from_json (bench.process_ab)."""
     return Pipeline(
         name=name,
-        source=KafkaSource(topics=[topic], max_records_per_batch=max_records, value_schema=ORDER_SCHEMA),
+        source=KafkaSource(topics=[topic], max_records_per_batch=max_records, value=Json(ORDER_SCHEMA, arrow=arrow)),
         transform=latest,
         sink=PostgresSink(table=name, key=["order_id"]),
         output=KafkaOutput(topic=output, key="order_id"),
