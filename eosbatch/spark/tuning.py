@@ -17,7 +17,8 @@ V1_SOURCES = "spark.sql.sources.useV1SourceList"
 # Spark reads `format("kafka")` with its V1 relation while "kafka" is on this list (it is by default): a scan that
 # turns each record into an external Row and back (measured: a quarter of the server's allocations). Off the
 # list, the same connector's V2 scan gives Spark's rows directly, with the same offsets, options and columns.
-# Measured on the same server, rounds alternating: the process step of 1M records 3.21 -> 2.97 s (median of 4).
+# Measured on one server, rounds taking turns (bench.process_ab), the process step of 1M records: 3.21 -> 2.97 s
+# in one sitting, 2.88 -> 2.86 s in another; the allocations it saves are the steadier gain.
 V1_DEFAULT = "avro,csv,json,kafka,orc,parquet,text"
 SPARK_DEFAULTS = {ARROW_MAX_BYTES: ("64m", "67108864b", "67108864"), V1_SOURCES: (V1_DEFAULT,)}
 SESSION_CONF = {ARROW_MAX_BYTES: str(2**31 - 1),
