@@ -14,9 +14,12 @@ once. It is used only where the two cannot differ:
   into a string field's text), a duplicate key, a number out of the field's range, single quotes, leading
   zeros, trailing commas, control characters and lone surrogates (\\ud800). A line break between tokens is
   whitespace to both; a value of two objects gives two rows, so its run is not taken.
-A run that pyarrow refuses is split in halves, down to SMALLEST values, so one malformed record leaves only a
-few values around it to from_json. Whatever is not taken comes back as a null struct: from_json parses it,
-with its dead-letter reasons.
+When pyarrow refuses a run, a parse error names its row (the value: one per line): that value is left, the
+values before it are taken, and the values after it are tried next. A refusal that names no row (a number out
+of an INT's range, two objects in one value) leaves the rest of the batch. The values are joined into lines
+once; each attempt parses a slice of them. The work is bounded: past ATTEMPTS calls to pyarrow the rest of the
+batch is from_json's, so input malformed throughout costs a few parses more than from_json alone. Whatever is
+not taken comes back as a null struct: from_json parses it, with its dead-letter reasons.
 
 The differential test (tests/integration/test_json_arrow.py) runs a corpus of awkward values through both.
 This module runs in the engine's Python workers: it imports pyarrow only.
@@ -24,6 +27,7 @@ This module runs in the engine's Python workers: it imports pyarrow only.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -32,7 +36,9 @@ if TYPE_CHECKING:
 
 # Spark type (DataType.simpleString()) -> the pyarrow type that parses a JSON value exactly as from_json does.
 ARROW_TYPES = {"string": "string", "boolean": "bool_", "int": "int32", "bigint": "int64", "double": "float64"}
-SMALLEST = 32  # a refused run of values is split down to this many; a smaller refused run is from_json's
+ATTEMPTS = 32  # calls to pyarrow per Arrow batch of values (10,000 by default): past them, the rest is from_json's
+MAX_BLOCK = 1 << 30  # bytes of one run pyarrow reads at once (its block size is an int32); a larger run: from_json
+_ROW = re.compile(r"in row (\d+)$")  # pyarrow's parse errors name the row (the value, one per line)
 
 
 def eligible(fields: Sequence[tuple[str, str]]) -> bool:
@@ -61,8 +67,7 @@ def parse(values: pa.Array, fields: Sequence[tuple[str, str]], corrupt: str) -> 
     if len(candidates) == 0:
         return pa.StructArray.from_arrays([pa.nulls(len(values), t) for t in [*schema.types, pa.string()]],
                                           names=names, mask=pa.repeat(pa.scalar(True), len(values)))
-    taken: list[tuple[int, int, pa.Table]] = []
-    _parse_runs(candidates, 0, len(candidates), schema, taken)
+    taken = _runs(candidates, schema)
     # Which candidates were taken, then which values: position i of the result -> row of the parsed rows.
     flags = [pa.repeat(pa.scalar(False), 0)]
     at = 0
@@ -91,36 +96,82 @@ def _tried(values: pa.Array) -> pa.Array:
     return pc.fill_null(pc.and_(pc.starts_with(values, b"{"), pc.ends_with(values, b"}")), False)
 
 
-def _parse_runs(values: pa.Array, start: int, stop: int, schema: pa.Schema,
-                taken: list[tuple[int, int, pa.Table]]) -> None:
-    """Parse values[start:stop], or halves of it where pyarrow refuses, appending what it took, in order."""
-    if start >= stop:
-        return
-    table = _parse_run(values.slice(start, stop - start), schema)
-    if table is not None:
-        taken.append((start, stop, table))
-    elif stop - start > SMALLEST:
-        middle = (start + stop) // 2
-        _parse_runs(values, start, middle, schema, taken)
-        _parse_runs(values, middle, stop, schema, taken)
-
-
-def _parse_run(values: pa.Array, schema: pa.Schema) -> pa.Table | None:
-    """The run of values as rows of `schema`, or None if pyarrow refuses any (or does not give one row each)."""
+def _runs(values: pa.Array, schema: pa.Schema) -> list[tuple[int, int, pa.Table]]:
+    """The runs of `values` pyarrow took, in order: the values from the first not yet decided to the end are tried;
+    a refusal that names its row leaves that value and takes the values before it; one that does not leaves
+    the rest. At most ATTEMPTS calls: past them, the rest is from_json's."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
+    taken: list[tuple[int, int, pa.Table]] = []
+    try:
+        values.cast(pa.string())  # valid UTF-8 (Spark reads invalid bytes as U+FFFD, pyarrow would keep them)
+    except pa.ArrowInvalid:
+        return _runs_of_valid(values, schema)
+    # One value per line, joined once; a run is a slice of the bytes: [ends[at - 1], ends[-1]).
+    lines = pc.binary_join_element_wise(values, pa.repeat(pa.scalar(b"", values.type), len(values)),
+                                         pa.scalar(b"\n", values.type))
+    ends = pc.cumulative_sum(pc.binary_length(lines).cast(pa.int64()))
+    data = lines.buffers()[2]
+    count, at, attempts = len(values), 0, 0
+    while at < count and attempts < ATTEMPTS:
+        start = ends[at - 1].as_py() if at else 0
+        table, row = _parse_bytes(data[start:ends[count - 1].as_py()], count - at, schema)
+        attempts += 1
+        if table is not None:
+            taken.append((at, count, table))
+            break
+        if row is None or row >= count - at:
+            break  # a refusal without its row: the rest is from_json's
+        if row:  # pyarrow stops at a parse error: the values before it parse
+            before, _ = _parse_bytes(data[start:ends[at + row - 1].as_py()], row, schema)
+            attempts += 1
+            if before is not None:
+                taken.append((at, at + row, before))
+        at += row + 1
+    return taken
+
+
+def _runs_of_valid(values: pa.Array, schema: pa.Schema) -> list[tuple[int, int, pa.Table]]:
+    """_runs over the values between those that are not valid UTF-8 (left to from_json)."""
+    import pyarrow.compute as pc
+
+    valid = pc.utf8_is_valid(values) if hasattr(pc, "utf8_is_valid") else None
+    flags = valid.to_pylist() if valid is not None else [_valid(v) for v in values.to_pylist()]
+    taken: list[tuple[int, int, pa.Table]] = []
+    at = 0
+    while at < len(flags):
+        if not flags[at]:
+            at += 1
+            continue
+        stop = flags.index(False, at) if False in flags[at:] else len(flags)
+        taken += [(at + a, at + b, t) for a, b, t in _runs(values.slice(at, stop - at), schema)]
+        at = stop
+    return taken
+
+
+def _valid(value: bytes | None) -> bool:
+    try:
+        (value or b"").decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _parse_bytes(data: pa.Buffer, rows: int, schema: pa.Schema) -> tuple[pa.Table | None, int | None]:
+    """`rows` JSON lines as rows of `schema`; or None if pyarrow refuses any (or does not give one row each), with
+    the row it names, if it names one."""
+    import pyarrow as pa
     import pyarrow.json as pj
 
+    if data.size >= MAX_BLOCK:
+        return None, None
     try:
-        values.cast(pa.string())  # validates the UTF-8
-        lines = pc.binary_join_element_wise(values, pa.repeat(pa.scalar(b"", values.type), len(values)),
-                                             pa.scalar(b"\n", values.type))
-        size = pc.sum(pc.binary_length(lines)).as_py() or 0
-        data = lines.buffers()[2][:size]
         table = pj.read_json(pa.BufferReader(data),
-                             read_options=pj.ReadOptions(use_threads=False, block_size=max(size + 1, 1 << 16)),
+                             read_options=pj.ReadOptions(use_threads=False, block_size=max(data.size + 1, 1 << 16)),
                              parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore",
                                                            newlines_in_values=False))
-    except (pa.ArrowException, ValueError):
-        return None
-    return table if table.num_rows == len(values) else None
+    except (pa.ArrowException, ValueError, OverflowError) as refused:
+        named = _ROW.search(str(refused))
+        return None, int(named.group(1)) if named else None
+    return (table, None) if table.num_rows == rows else (None, None)

@@ -51,23 +51,57 @@ def test_missing_and_null_fields_are_null_and_unknown_fields_are_ignored() -> No
     assert rows[2] == rows[3] == {name: None for name, _ in FIELDS} | {CORRUPT: None}
 
 
-@pytest.mark.parametrize("bad", [
-    None, b"", b"not json", b"[1, 2]", b" {}", b"{} ", b'{"order_id": 1}', b'{"amount": "1.5"}', b'{"n": 1.0}',
-    b'{"n": 3000000000}', b'{"big": 9223372036854775808}', b'{"ok": 1}', b'{"order_id": "x", "order_id": "y"}',
-    b"{'order_id': 'x'}", b'{"n": 007}', b'{"order_id": "x",}', b'{"order_id": "a\tb"}', b'{"order_id": "\xff"}',
-    b'{"order_id": "\\ud800"}', b'{"order_id": "x"}\n{"order_id": "y"}', b'{"order_id": "x"}{"order_id": "y"}',
-    b'{"order_id": {"nested": 1}}', b'{"amount": 1e400}',
-])
-def test_a_value_pyarrow_refuses_is_null_and_moves_nothing_else(bad: bytes | None) -> None:
-    """One refused value among 200 good ones: it is null (from_json's), and so are at most SMALLEST values
-    around it (the run it fell in); every other value is parsed, in its place."""
+# Refusals pyarrow names the row of: only that value is left.
+NAMED = [b'{"order_id": 1}', b'{"amount": "1.5"}', b'{"ok": 1}', b'{"order_id": "x", "order_id": "y"}',
+         b"{'order_id': 'x'}", b'{"n": 007}', b'{"order_id": "x",}', b'{"order_id": "a\tb"}',
+         b'{"order_id": "\\ud800"}', b'{"order_id": {"nested": 1}}', b'{"amount": 1e400}']
+# Not tried (not an object from first to last byte): only that value is left.
+UNTRIED = [None, b"", b"not json", b"[1, 2]", b" {}", b"{} "]
+# Refusals without a row (a conversion, another count of rows, invalid UTF-8): the rest of the batch is left.
+UNNAMED = [b'{"n": 1.0}', b'{"n": 3000000000}', b'{"big": 9223372036854775808}',
+           b'{"order_id": "x"}\n{"order_id": "y"}', b'{"order_id": "x"}{"order_id": "y"}']
+
+
+@pytest.mark.parametrize("bad", NAMED + UNTRIED)
+def test_a_value_pyarrow_refuses_by_row_or_does_not_try_is_null_and_only_it(bad: bytes | None) -> None:
     values: list[bytes | None] = [good(i) for i in range(200)]
     values[77] = bad
     rows = parsed(values)
     assert rows[77] is None
-    left = [i for i, row in enumerate(rows) if row is None]
-    assert len(left) <= json_arrow.SMALLEST
-    assert all(rows[i] == expected(i) for i in range(200) if i not in left)
+    assert all(rows[i] == expected(i) for i in range(200) if i != 77)
+
+
+@pytest.mark.parametrize("bad", UNNAMED)
+def test_a_refusal_without_its_row_leaves_the_rest_of_the_batch(bad: bytes) -> None:
+    values: list[bytes | None] = [good(i) for i in range(200)]
+    values[77] = bad
+    rows = parsed(values)
+    assert all(row is None for row in rows)  # one attempt from the first value: nothing before it is taken
+
+
+def test_after_a_refusal_by_row_the_values_after_it_are_tried_again() -> None:
+    values: list[bytes | None] = [good(i) for i in range(300)]
+    values[10] = b'{"order_id": 1}'
+    values[150] = b'{"n": 1.5}'  # no row: the attempt from 11 on is refused, and all of it left
+    rows = parsed(values)
+    assert [i for i, row in enumerate(rows) if row is None] == list(range(10, 300))
+    values[150] = good(150)
+    assert [i for i, row in enumerate(parsed(values)) if row is None] == [10]
+
+
+def test_invalid_utf8_leaves_only_its_value() -> None:
+    values: list[bytes | None] = [good(i) for i in range(100)]
+    values[40] = b'{"order_id": "\xff"}'
+    rows = parsed(values)
+    assert [i for i, row in enumerate(rows) if row is None] == [40]
+    assert all(rows[i] == expected(i) for i in range(100) if i != 40)
+
+
+def test_the_attempts_are_bounded_for_input_malformed_throughout() -> None:
+    values: list[bytes | None] = [b'{"order_id": 1}'] * 5_000
+    values[4_999] = good(4_999)
+    rows = parsed(values)
+    assert all(row is None for row in rows)  # past ATTEMPTS, the rest (the good one too) is from_json's
 
 
 def test_values_pyarrow_takes_as_from_json_reads_them() -> None:
@@ -85,12 +119,12 @@ def test_values_pyarrow_takes_as_from_json_reads_them() -> None:
     assert rows[5]["order_id"] == "pretty" and rows[5]["ok"] is True
 
 
-def test_one_malformed_value_in_a_large_batch_leaves_only_its_run() -> None:
+def test_malformed_values_in_a_large_batch_leave_only_themselves() -> None:
     values: list[bytes | None] = [good(i) for i in range(10_000)]
-    values[5_000] = b'{"order_id": 5}'
+    for i in range(5, 10_000, 1_000):
+        values[i] = b'{"order_id": 5}'
     rows = parsed(values)
-    left = [i for i, row in enumerate(rows) if row is None]
-    assert 5_000 in left and len(left) <= json_arrow.SMALLEST
+    assert [i for i, row in enumerate(rows) if row is None] == list(range(5, 10_000, 1_000))
 
 
 def test_a_batch_of_nothing_pyarrow_takes_is_all_null() -> None:
