@@ -14,6 +14,13 @@ from eosbatch.stack import processes
 from eosbatch.stack.exceptions import StackError, StackNotReady
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+# The server's garbage collector: Parallel, not G1 (the JVM's default). A Connect server running batches is
+# throughput work on few cores. With G1 and a 2 GB heap (1 MB regions), its allocations of half a megabyte
+# or more (Kafka's fetch buffers, the row queue of a Python UDF's input) each start a concurrent cycle. Five
+# 1M-record batches on a fresh server, the process step after the first: 2.97-3.12 s with G1 (one G1 server ran
+# 140 such cycles in ten minutes and drifted from 3.07 to 3.53 s), 2.80-2.89 s with Parallel, whose GC took
+# 0.85 s in all (bench/RESULTS.md).
+JAVA_OPTIONS = "-XX:+UseParallelGC"
 # local[2,3]: both cores of this machine, and 3 tries per task, as a cluster would retry a lost task.
 MASTER = "local[2,3]"
 
@@ -58,7 +65,7 @@ class SparkConnectServer:
         # Bound to loopback: a Connect server runs any code its clients send, and reaches the database.
         command = [str(submit), "--class", SERVER_CLASS, "--name", "eosbatch-connect", "--master", self.master,
                    "--jars", ",".join(map(str, jars)),
-                   "--driver-java-options", f"-Dlog4j2.configurationFile=file:{driver_log}",
+                   "--driver-java-options", f"-Dlog4j2.configurationFile=file:{driver_log} {JAVA_OPTIONS}",
                    "--conf", f"spark.executor.extraJavaOptions=-Dlog4j2.configurationFile=file:{executor_log}",
                    "--conf", "spark.executor.logs.rolling.strategy=size",
                    "--conf", f"spark.executor.logs.rolling.maxSize={LOG_MIB * 1024 * 1024}",

@@ -163,7 +163,7 @@ def test_the_engine_log_rolls_over_by_size_and_leaves_the_kafka_clients_chatter_
     batches) stay out. Checked on the running server and on what one real batch adds to its log."""
     from eosbatch import stack
     from eosbatch.engine.log4j import LOG_BYTES, LOG_FILES
-    from eosbatch.stack import processes
+    from eosbatch.stack import processes, spark_connect
     from tests.scenario import Scenario
 
     home = stack.home() / "spark-connect"
@@ -173,6 +173,7 @@ def test_the_engine_log_rolls_over_by_size_and_leaves_the_kafka_clients_chatter_
     arguments = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
     assert f"-Dlog4j2.configurationFile=file:{config}".encode() in arguments, \
         "the running Connect server was started without eosbatch's log configuration (restart it: stack up)"
+    assert spark_connect.JAVA_OPTIONS.encode() in arguments  # the Parallel collector (spark_connect.JAVA_OPTIONS)
     declared = dict(line.split(" = ", 1) for line in config.read_text().splitlines() if " = " in line)
     assert declared["appender.file.type"] == "RollingFile" and declared["appender.file.fileName"] == str(log)
     assert (declared["appender.file.policies.size.size"], declared["appender.file.strategy.max"]) == \
