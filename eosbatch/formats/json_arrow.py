@@ -89,8 +89,8 @@ def parse(values: pa.Array, fields: Sequence[tuple[str, str]], corrupt: str) -> 
 
 
 def _tried(values: pa.Array) -> pa.Array:
-    """Which values pyarrow tries: those that start with `{` and end with `}` (never null: false). (Searching
-    every value for line breaks cost more than the parse; a run holding one is refused as a whole.)"""
+    """Which values pyarrow tries: those that start with `{` and end with `}` (never null: false). (A line break
+    inside a value is whitespace to both parsers; a value of two objects gives two rows, and is refused.)"""
     import pyarrow.compute as pc
 
     return pc.fill_null(pc.and_(pc.starts_with(values, b"{"), pc.ends_with(values, b"}")), False)
@@ -133,20 +133,21 @@ def _runs(values: pa.Array, schema: pa.Schema) -> list[tuple[int, int, pa.Table]
 
 
 def _runs_of_valid(values: pa.Array, schema: pa.Schema) -> list[tuple[int, int, pa.Table]]:
-    """_runs over the values between those that are not valid UTF-8 (left to from_json)."""
+    """_runs over the values between those that are not valid UTF-8 (left to from_json), for at most ATTEMPTS
+    stretches of them: past those, the rest is from_json's."""
     import pyarrow.compute as pc
 
     valid = pc.utf8_is_valid(values) if hasattr(pc, "utf8_is_valid") else None
     flags = valid.to_pylist() if valid is not None else [_valid(v) for v in values.to_pylist()]
     taken: list[tuple[int, int, pa.Table]] = []
-    at = 0
-    while at < len(flags):
+    at, stretches = 0, 0
+    while at < len(flags) and stretches < ATTEMPTS:
         if not flags[at]:
             at += 1
             continue
         stop = flags.index(False, at) if False in flags[at:] else len(flags)
         taken += [(at + a, at + b, t) for a, b, t in _runs(values.slice(at, stop - at), schema)]
-        at = stop
+        at, stretches = stop, stretches + 1
     return taken
 
 

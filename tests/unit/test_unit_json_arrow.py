@@ -97,6 +97,13 @@ def test_invalid_utf8_leaves_only_its_value() -> None:
     assert all(rows[i] == expected(i) for i in range(100) if i != 40)
 
 
+def test_stretches_between_invalid_utf8_are_bounded_too() -> None:
+    values: list[bytes | None] = [b'{"order_id": "\xff"}' if i % 2 else good(i) for i in range(200)]
+    rows = parsed(values)
+    taken = [i for i, row in enumerate(rows) if row is not None]
+    assert taken == list(range(0, 2 * json_arrow.ATTEMPTS, 2))  # the first ATTEMPTS stretches, then from_json
+
+
 def test_the_attempts_are_bounded_for_input_malformed_throughout() -> None:
     values: list[bytes | None] = [b'{"order_id": 1}'] * 5_000
     values[4_999] = good(4_999)
