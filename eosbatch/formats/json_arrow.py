@@ -69,7 +69,7 @@ def parse(values: pa.Array, fields: Sequence[tuple[str, str]], corrupt: str) -> 
                                           names=names, mask=pa.repeat(pa.scalar(True), len(values)))
     taken = _runs(candidates, schema)
     # Which candidates were taken, then which values: position i of the result -> row of the parsed rows.
-    flags = [pa.repeat(pa.scalar(False), 0)]
+    flags: list[pa.Array] = []
     at = 0
     for start, stop, _ in taken:
         flags += [pa.repeat(pa.scalar(False), start - at), pa.repeat(pa.scalar(True), stop - start)]
@@ -135,10 +135,7 @@ def _runs(values: pa.Array, schema: pa.Schema) -> list[tuple[int, int, pa.Table]
 def _runs_of_valid(values: pa.Array, schema: pa.Schema) -> list[tuple[int, int, pa.Table]]:
     """_runs over the values between those that are not valid UTF-8 (left to from_json), for at most ATTEMPTS
     stretches of them: past those, the rest is from_json's."""
-    import pyarrow.compute as pc
-
-    valid = pc.utf8_is_valid(values) if hasattr(pc, "utf8_is_valid") else None
-    flags = valid.to_pylist() if valid is not None else [_valid(v) for v in values.to_pylist()]
+    flags = [_valid(v) for v in values.to_pylist()]  # pyarrow has no per-value UTF-8 check; a rare batch pays this
     taken: list[tuple[int, int, pa.Table]] = []
     at, stretches = 0, 0
     while at < len(flags) and stretches < ATTEMPTS:
